@@ -1,0 +1,1 @@
+//! Samplers (filled in by the scheduler work item).

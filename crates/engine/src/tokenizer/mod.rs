@@ -1,0 +1,1 @@
+//! Tokenizers (filled in by the tokenizer work item).

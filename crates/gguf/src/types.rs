@@ -1,0 +1,111 @@
+//! Tensor types: GGUF type ids and the byte layout of one block of each.
+
+/// A tensor's element type. Quantized types store `block_elems()` values in `block_bytes()`
+/// bytes. The discriminants are GGUF's on-disk type ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+pub enum GgmlType {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    Q8_K = 15,
+    BF16 = 30,
+}
+
+impl GgmlType {
+    /// Every type we can read, in id order.
+    pub const ALL: [GgmlType; 15] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_K,
+        GgmlType::BF16,
+    ];
+
+    /// The type with GGUF id `id`, or `None` for an id we do not support.
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        Self::ALL.iter().copied().find(|t| *t as u32 == id)
+    }
+
+    /// ggml's name for the type ("q4_K", "f16", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "f32",
+            GgmlType::F16 => "f16",
+            GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q4_1 => "q4_1",
+            GgmlType::Q5_0 => "q5_0",
+            GgmlType::Q5_1 => "q5_1",
+            GgmlType::Q8_0 => "q8_0",
+            GgmlType::Q8_1 => "q8_1",
+            GgmlType::Q2_K => "q2_K",
+            GgmlType::Q3_K => "q3_K",
+            GgmlType::Q4_K => "q4_K",
+            GgmlType::Q5_K => "q5_K",
+            GgmlType::Q6_K => "q6_K",
+            GgmlType::Q8_K => "q8_K",
+            GgmlType::BF16 => "bf16",
+        }
+    }
+
+    /// Values per block (1 for the float types).
+    pub fn block_elems(self) -> usize {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => 32,
+            GgmlType::Q8_0 | GgmlType::Q8_1 => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes per block, exactly as ggml lays it out.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            GgmlType::Q4_0 => 18,
+            GgmlType::Q4_1 => 20,
+            GgmlType::Q5_0 => 22,
+            GgmlType::Q5_1 => 24,
+            GgmlType::Q8_0 => 34,
+            GgmlType::Q8_1 => 36,
+            GgmlType::Q2_K => 84,
+            GgmlType::Q3_K => 110,
+            GgmlType::Q4_K => 144,
+            GgmlType::Q5_K => 176,
+            GgmlType::Q6_K => 210,
+            GgmlType::Q8_K => 292,
+        }
+    }
+
+    /// Bytes for `n_elems` values, or `None` if `n_elems` is not a whole number of blocks or
+    /// the size overflows.
+    pub fn bytes_for(self, n_elems: u64) -> Option<u64> {
+        let be = self.block_elems() as u64;
+        if n_elems % be != 0 {
+            return None;
+        }
+        (n_elems / be).checked_mul(self.block_bytes() as u64)
+    }
+}

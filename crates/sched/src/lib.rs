@@ -1,0 +1,1 @@
+//! The scheduler (filled in by the scheduler work item).
