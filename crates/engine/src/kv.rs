@@ -35,3 +35,69 @@ pub struct SeqChunk<'a> {
     /// Whether the step should return logits for the chunk's last token.
     pub want_logits: bool,
 }
+
+/// KV storage for every layer, in blocks of `block_size` positions.
+///
+/// Layout: for layer `l`, block `b`, slot `s`, the K (and separately V) row of `kv_dim` f16
+/// values starts at `((l * n_blocks + b) * block_size + s) * kv_dim`. Storage is allocated
+/// zeroed, so pages the scheduler never hands out cost no resident memory.
+pub struct KvCache {
+    shape: KvShape,
+    block_size: usize,
+    n_blocks: usize,
+    k: Vec<u16>,
+    v: Vec<u16>,
+}
+
+impl KvCache {
+    /// A cache of `n_blocks` blocks of `block_size` positions for a model of `shape`.
+    pub fn new(shape: KvShape, block_size: usize, n_blocks: usize) -> KvCache {
+        assert!(block_size > 0, "KV block size must be positive");
+        let n = shape.n_layers * n_blocks * block_size * shape.n_kv_heads * shape.head_dim;
+        KvCache { shape, block_size, n_blocks, k: vec![0u16; n], v: vec![0u16; n] }
+    }
+
+    pub fn shape(&self) -> KvShape {
+        self.shape
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn n_blocks(&self) -> usize {
+        self.n_blocks
+    }
+
+    fn kv_dim(&self) -> usize {
+        self.shape.n_kv_heads * self.shape.head_dim
+    }
+
+    /// Element offset of (layer, position) for a sequence whose block table is `blocks`.
+    /// Callers have validated the table against the position.
+    #[inline]
+    pub(crate) fn offset(&self, layer: usize, blocks: &[BlockId], pos: usize) -> usize {
+        let block = blocks[pos / self.block_size] as usize;
+        ((layer * self.n_blocks + block) * self.block_size + pos % self.block_size) * self.kv_dim()
+    }
+
+    /// The K and V rows (f16) at `offset`, for writing.
+    #[inline]
+    pub(crate) fn rows_mut(&mut self, offset: usize) -> (&mut [half::f16], &mut [half::f16]) {
+        use half::slice::HalfBitsSliceExt;
+        let d = self.kv_dim();
+        let k = self.k[offset..offset + d].reinterpret_cast_mut::<half::f16>();
+        let v = self.v[offset..offset + d].reinterpret_cast_mut::<half::f16>();
+        (k, v)
+    }
+
+    /// The K and V rows (f16) at `offset`.
+    #[inline]
+    pub(crate) fn rows(&self, offset: usize) -> (&[half::f16], &[half::f16]) {
+        use half::slice::HalfBitsSliceExt;
+        let d = self.kv_dim();
+        let k = self.k[offset..offset + d].reinterpret_cast::<half::f16>();
+        let v = self.v[offset..offset + d].reinterpret_cast::<half::f16>();
+        (k, v)
+    }
+}

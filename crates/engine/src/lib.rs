@@ -5,7 +5,21 @@
 //! - [`kv`]: the paged KV cache (storage only; the scheduler owns block tables).
 //! - [`model`]: weights and the one batched forward pass, `forward_multi_seq`.
 //! - [`sampler`]: seeded samplers (argmax at temperature 0, top-k/top-p/min-p, penalties).
+//! - [`synthetic`]: small random-weight GGUF models of every architecture, for tests.
 
+mod attention;
+pub mod cache;
+pub mod config;
+pub mod error;
 pub mod kv;
+pub mod model;
+mod ops;
 pub mod sampler;
+pub mod synthetic;
 pub mod tokenizer;
+mod weights;
+
+pub use config::{Arch, ModelConfig};
+pub use error::EngineError;
+pub use kv::{BlockId, KvCache, KvShape, SeqChunk};
+pub use model::Model;

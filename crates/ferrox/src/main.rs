@@ -1,1 +1,56 @@
-fn main() {}
+//! The `ferrox` command: inspect a GGUF, tokenize, run a prompt, benchmark, serve.
+
+mod inspect;
+mod pull;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ferrox", version, about = "Fast GGUF inference on the CPU")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Fetch the default model (Gemma 3 270M Q4_K_M) into the cache.
+    Pull,
+    /// Print a model's architecture, sizes, tensor types and KV cost.
+    Inspect {
+        /// GGUF file (default: the cached default model).
+        model: Option<PathBuf>,
+    },
+    /// Print token ids as a JSON array.
+    Tokenize(inspect::TokenizeArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Pull => pull::ensure_default_model().map(|_| ()),
+        Cmd::Inspect { model } => resolve_model(model).and_then(|m| inspect::inspect(&m)),
+        Cmd::Tokenize(args) => inspect::tokenize(args),
+    };
+    if let Err(e) = result {
+        eprintln!("ferrox: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The model to use: the one given, else the default (fetched on first use).
+pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf, String> {
+    match model {
+        Some(p) => Ok(p),
+        None => pull::ensure_default_model(),
+    }
+}

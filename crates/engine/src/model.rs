@@ -1,0 +1,323 @@
+//! A loaded model and its one forward pass.
+//!
+//! `forward_multi_seq` is the only way tokens become logits: a single request decoding alone
+//! is a batch of one chunk of one token. The step runs top to bottom in the architecture's
+//! order: embed; per layer: norm, Q/K/V projections (batched over every token of every
+//! sequence), per-head QK-norm and RoPE, K/V written into the paged cache, attention per
+//! query over its own sequence, output projection, residual, norm, gated FFN (batched),
+//! residual; then final norm and the output head for the rows that asked for logits.
+//!
+//! Batch invariance (a row's logits are bit-identical alone or in any batch, at any prefill
+//! chunk size) holds because every operation here is per row with a fixed operation order,
+//! `ferrox_kernels::matmul` guarantees the same for its rows, and attention reads K/V only
+//! from the cache (see `attention.rs`). Pinned by `tests/batch_invariance.rs`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ferrox_gguf::GgufFile;
+use ferrox_kernels::{matmul, ThreadPool};
+
+use crate::attention::{attend, AttnShape, Query};
+use crate::config::{Activation, ModelConfig};
+use crate::error::EngineError;
+use crate::kv::{KvCache, KvShape, SeqChunk};
+use crate::ops::{gelu_tanh, rms_norm, rms_norm_rows, rope, rope_freqs, silu};
+use crate::tokenizer::Tokenizer;
+use crate::weights::{LayerWeights, Matrix, Weights};
+
+/// An immutable loaded model: file (memory-mapped), config, bound weights, tokenizer and the
+/// thread pool its kernels run on. Shared as `Arc<Model>`; KV state lives outside, in a
+/// [`KvCache`] owned by whoever schedules steps.
+pub struct Model {
+    file: Arc<GgufFile>,
+    config: ModelConfig,
+    weights: Weights,
+    tokenizer: Tokenizer,
+    pool: ThreadPool,
+    /// RoPE frequencies for global layers and for sliding-window layers.
+    freqs_global: Vec<f32>,
+    freqs_swa: Vec<f32>,
+}
+
+impl Model {
+    /// Memory-maps and loads the GGUF at `path`, running kernels on `n_threads` threads.
+    pub fn load(path: impl AsRef<Path>, n_threads: usize) -> Result<Model, EngineError> {
+        Model::from_gguf(GgufFile::open(path)?, n_threads)
+    }
+
+    pub fn from_gguf(file: GgufFile, n_threads: usize) -> Result<Model, EngineError> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let weights = Weights::bind(&file, &config)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        if tokenizer.vocab_size() > config.n_vocab {
+            return Err(EngineError::BadMetadata {
+                key: "tokenizer.ggml.tokens".into(),
+                reason: format!(
+                    "{} tokens but the embedding has {} rows",
+                    tokenizer.vocab_size(),
+                    config.n_vocab
+                ),
+            });
+        }
+        let freqs_global = rope_freqs(config.head_dim, config.rope_base, config.rope_freq_scale);
+        let freqs_swa = rope_freqs(config.head_dim, config.rope_base_swa, 1.0);
+        Ok(Model {
+            file: Arc::new(file),
+            config,
+            weights,
+            tokenizer,
+            pool: ThreadPool::new(n_threads.max(1)),
+            freqs_global,
+            freqs_swa,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn kv_shape(&self) -> KvShape {
+        self.config.kv_shape()
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.config.n_vocab
+    }
+
+    /// The context length the model was trained for.
+    pub fn max_context(&self) -> usize {
+        self.config.context_length
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// An empty KV cache of `n_blocks` blocks of `block_size_tokens` positions.
+    pub fn new_kv_cache(&self, block_size_tokens: usize, n_blocks: usize) -> KvCache {
+        KvCache::new(self.kv_shape(), block_size_tokens, n_blocks)
+    }
+
+    /// Runs one step over every chunk (each a sequence's next tokens at its next positions)
+    /// and returns, flat, one row of `vocab_size` logits per chunk with `want_logits`, in
+    /// chunk order. Chunks must belong to distinct sequences (distinct blocks).
+    pub fn forward_multi_seq(
+        &self,
+        kv: &mut KvCache,
+        chunks: &[SeqChunk],
+    ) -> Result<Vec<f32>, EngineError> {
+        self.validate(kv, chunks)?;
+        let cfg = &self.config;
+        let mut queries = Vec::new();
+        let mut tokens = Vec::new();
+        for c in chunks {
+            for (i, &t) in c.tokens.iter().enumerate() {
+                queries.push(Query { pos: c.start_pos + i, blocks: c.blocks });
+                tokens.push(t);
+            }
+        }
+        let n = tokens.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut x = self.embed(&tokens);
+        let mut s = Scratch::new(cfg, n);
+        for (il, lw) in self.weights.layers.iter().enumerate() {
+            self.layer(il, lw, kv, &queries, &mut x, &mut s);
+        }
+        // Final norm and head, only for the rows that asked for logits.
+        let d = cfg.n_embd;
+        let mut last = Vec::new();
+        let mut row = 0;
+        for c in chunks {
+            row += c.tokens.len();
+            if c.want_logits {
+                last.extend_from_slice(&x[(row - 1) * d..row * d]);
+            }
+        }
+        let n_out = last.len() / d;
+        rms_norm_rows(&mut last, &self.weights.output_norm, cfg.rms_eps);
+        let mut logits = vec![0.0f32; n_out * cfg.n_vocab];
+        self.matmul(&self.weights.output, &last, n_out, &mut logits);
+        if let Some(cap) = cfg.final_logit_softcap {
+            for l in logits.iter_mut() {
+                *l = (*l / cap).tanh() * cap;
+            }
+        }
+        Ok(logits)
+    }
+
+    /// Checks every token id and block table before anything is computed or written.
+    fn validate(&self, kv: &KvCache, chunks: &[SeqChunk]) -> Result<(), EngineError> {
+        for c in chunks {
+            for &t in c.tokens {
+                if t as usize >= self.config.n_vocab {
+                    return Err(EngineError::TokenOutOfRange { id: t, vocab_size: self.config.n_vocab });
+                }
+            }
+            if c.tokens.is_empty() {
+                continue;
+            }
+            let last = c.start_pos + c.tokens.len() - 1;
+            let block_index = last / kv.block_size();
+            if block_index >= c.blocks.len() {
+                return Err(EngineError::BlockTableTooShort {
+                    pos: last,
+                    block_index,
+                    n_blocks: c.blocks.len(),
+                });
+            }
+            if let Some(&b) = c.blocks.iter().find(|&&b| b as usize >= kv.n_blocks()) {
+                return Err(EngineError::BlockOutOfRange { block: b, n_blocks: kv.n_blocks() });
+            }
+        }
+        Ok(())
+    }
+
+    fn matmul(&self, w: &Matrix, x: &[f32], n: usize, out: &mut [f32]) {
+        matmul(&self.pool, &w.view(&self.file), x, n, out);
+    }
+
+    /// Token embeddings, one row of n_embd per token (scaled by sqrt(n_embd) for Gemma).
+    fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+        let d = self.config.n_embd;
+        let e = &self.weights.token_embd;
+        let table = e.view(&self.file);
+        let rb = e.row_bytes();
+        let mut x = vec![0.0f32; tokens.len() * d];
+        let scale = if self.config.scale_embeddings { (d as f32).sqrt() } else { 1.0 };
+        for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
+            let t = t as usize;
+            ferrox_kernels::dequantize_row(e.ty, &table.data[t * rb..(t + 1) * rb], row);
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        x
+    }
+
+    /// One transformer block over all `n` rows of `x`, in place.
+    fn layer(
+        &self,
+        il: usize,
+        lw: &LayerWeights,
+        kv: &mut KvCache,
+        queries: &[Query],
+        x: &mut [f32],
+        s: &mut Scratch,
+    ) {
+        let cfg = &self.config;
+        let n = queries.len();
+        let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
+
+        // Attention block.
+        s.h.copy_from_slice(x);
+        rms_norm_rows(&mut s.h, &lw.attn_norm, cfg.rms_eps);
+        self.matmul(&lw.wq, &s.h, n, &mut s.q);
+        self.matmul(&lw.wk, &s.h, n, &mut s.k);
+        self.matmul(&lw.wv, &s.h, n, &mut s.v);
+        add_bias(&mut s.q, lw.bq.as_deref());
+        add_bias(&mut s.k, lw.bk.as_deref());
+        add_bias(&mut s.v, lw.bv.as_deref());
+        let sliding = cfg.is_sliding(il);
+        let freqs = if sliding { &self.freqs_swa } else { &self.freqs_global };
+        for (r, query) in queries.iter().enumerate() {
+            for head in s.q[r * qd..(r + 1) * qd].chunks_exact_mut(hd) {
+                if let Some(w) = &lw.q_norm {
+                    rms_norm(head, w, cfg.rms_eps);
+                }
+                rope(head, query.pos, freqs, cfg.rope_style);
+                head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
+            }
+            for head in s.k[r * kvd..(r + 1) * kvd].chunks_exact_mut(hd) {
+                if let Some(w) = &lw.k_norm {
+                    rms_norm(head, w, cfg.rms_eps);
+                }
+                rope(head, query.pos, freqs, cfg.rope_style);
+            }
+            let off = kv.offset(il, query.blocks, query.pos);
+            let (k_dst, v_dst) = kv.rows_mut(off);
+            ferrox_kernels::f32_to_f16_slice(&s.k[r * kvd..(r + 1) * kvd], k_dst);
+            ferrox_kernels::f32_to_f16_slice(&s.v[r * kvd..(r + 1) * kvd], v_dst);
+        }
+        let shape = AttnShape {
+            layer: il,
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: hd,
+            window: sliding.then_some(cfg.sliding_window),
+        };
+        attend(&self.pool, kv, shape, queries, &s.q, &mut s.att);
+        self.matmul(&lw.wo, &s.att, n, &mut s.o);
+        if let Some(w) = &lw.post_attn_norm {
+            rms_norm_rows(&mut s.o, w, cfg.rms_eps);
+        }
+        add_into(x, &s.o);
+
+        // Feed-forward block.
+        s.h.copy_from_slice(x);
+        rms_norm_rows(&mut s.h, &lw.ffn_norm, cfg.rms_eps);
+        self.matmul(&lw.w_gate, &s.h, n, &mut s.gate);
+        self.matmul(&lw.w_up, &s.h, n, &mut s.up);
+        let act = match cfg.activation {
+            Activation::GeluTanh => gelu_tanh,
+            Activation::Silu => silu,
+        };
+        for (g, &u) in s.gate.iter_mut().zip(&s.up) {
+            *g = act(*g) * u;
+        }
+        self.matmul(&lw.w_down, &s.gate, n, &mut s.o);
+        if let Some(w) = &lw.post_ffn_norm {
+            rms_norm_rows(&mut s.o, w, cfg.rms_eps);
+        }
+        add_into(x, &s.o);
+    }
+}
+
+/// Per-step activation buffers, sized for `n` rows.
+struct Scratch {
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(cfg: &ModelConfig, n: usize) -> Scratch {
+        Scratch {
+            h: vec![0.0; n * cfg.n_embd],
+            q: vec![0.0; n * cfg.q_dim()],
+            k: vec![0.0; n * cfg.kv_dim()],
+            v: vec![0.0; n * cfg.kv_dim()],
+            att: vec![0.0; n * cfg.q_dim()],
+            o: vec![0.0; n * cfg.n_embd],
+            gate: vec![0.0; n * cfg.n_ff],
+            up: vec![0.0; n * cfg.n_ff],
+        }
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
+        }
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);
+}
