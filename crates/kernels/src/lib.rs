@@ -11,5 +11,199 @@
 //!   invariance is a property the scheduler relies on).
 //! - `ThreadPool::new(n_threads)`, `pool.n_threads()`, `pool.for_each(n_tasks, &|task| ..)`.
 //! - small f32 helpers used by attention: `dot_f32`, `dot_f16_f32`, `axpy_f16_f32`, ...
+//!
+//! Also public, for code that wants the pieces: `quantize_row` (f32 → any block type, for
+//! tests and random-weight GGUF writers), `row_bytes`, the block structs, the activation
+//! formats ([`BlockQ8x4`], [`BlockQ8K`]) and the reusable [`Activations`] buffer with
+//! [`matmul_acts`], and per-type dot products through [`WeightBlock`] / [`vec_dot`].
+//!
+//! # Modules
+//! - `block`: the traits every format implements, [`Isa`] (scalar vs AVX2, detected once).
+//! - `float`: F32/F16/BF16 weights and the attention helpers.
+//! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`].
+//! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`].
+//! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
+//! - `pool`: [`ThreadPool`].
+//!
+//! # Scalar vs AVX2
+//! Every weight type has a portable `dot_scalar` and an AVX2 `dot_avx2`. For the quantized
+//! types they are bit-identical (integer dot products are exact and both paths apply the
+//! same float operations in the same order; see `legacy` and `kquants`). For F32/F16/BF16
+//! weights and the f32 helpers they agree within float reassociation. Either way, one ISA is
+//! used for a whole process ([`Isa::best`]), so results never depend on the batch.
 
+mod block;
+mod float;
+mod kquants;
+#[cfg(target_arch = "x86_64")]
+mod kquants_avx2;
+mod legacy;
+#[cfg(target_arch = "x86_64")]
+mod legacy_avx2;
+mod matmul;
+mod pool;
+
+pub use block::{as_blocks, as_blocks_mut, dot_rows, vec_dot, ActBlock, Block, Isa, WeightBlock};
 pub use ferrox_gguf::GgmlType;
+pub use float::{
+    axpy_f16_f32, axpy_f16_f32_isa, dot_f16_f32, dot_f16_f32_isa, dot_f32, dot_f32_isa,
+    f32_to_f16_slice, f32_to_f16_slice_isa, Bf16Le, F16Le, F32Le,
+};
+pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, QK};
+pub use matmul::{
+    matmul, matmul_acts, matmul_acts_isa, matmul_isa, ActKind, ActStorage, Activations, QMatrix,
+};
+pub use pool::ThreadPool;
+
+/// Bytes of a row of `cols` values of `ty`. Panics if `cols` is not a whole number of blocks.
+pub fn row_bytes(ty: GgmlType, cols: usize) -> usize {
+    let be = ty.block_elems();
+    assert!(
+        cols.is_multiple_of(be),
+        "{cols} values is not a whole number of {} blocks ({be})",
+        ty.name()
+    );
+    cols / be * ty.block_bytes()
+}
+
+/// Runs `$body` with `$B` bound to the block struct of `$ty` (Q8_K excluded: it is not a
+/// `Block`, its f32 scale is not byte-aligned).
+macro_rules! with_block {
+    ($ty:expr, $B:ident => $body:expr, q8k => $q8k:expr) => {
+        match $ty {
+            GgmlType::F32 => {
+                type $B = F32Le;
+                $body
+            }
+            GgmlType::F16 => {
+                type $B = F16Le;
+                $body
+            }
+            GgmlType::BF16 => {
+                type $B = Bf16Le;
+                $body
+            }
+            GgmlType::Q4_0 => {
+                type $B = BlockQ4_0;
+                $body
+            }
+            GgmlType::Q4_1 => {
+                type $B = BlockQ4_1;
+                $body
+            }
+            GgmlType::Q5_0 => {
+                type $B = BlockQ5_0;
+                $body
+            }
+            GgmlType::Q5_1 => {
+                type $B = BlockQ5_1;
+                $body
+            }
+            GgmlType::Q8_0 => {
+                type $B = BlockQ8_0;
+                $body
+            }
+            GgmlType::Q8_1 => {
+                type $B = BlockQ8_1;
+                $body
+            }
+            GgmlType::Q2_K => {
+                type $B = BlockQ2K;
+                $body
+            }
+            GgmlType::Q3_K => {
+                type $B = BlockQ3K;
+                $body
+            }
+            GgmlType::Q4_K => {
+                type $B = BlockQ4K;
+                $body
+            }
+            GgmlType::Q5_K => {
+                type $B = BlockQ5K;
+                $body
+            }
+            GgmlType::Q6_K => {
+                type $B = BlockQ6K;
+                $body
+            }
+            GgmlType::Q8_K => $q8k,
+        }
+    };
+}
+
+/// Decodes `dst.len()` values (a whole number of blocks) from the leading bytes of `src`.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
+    let nbytes = row_bytes(ty, dst.len());
+    assert!(
+        src.len() >= nbytes,
+        "{} {} values need {nbytes} bytes, got {}",
+        dst.len(),
+        ty.name(),
+        src.len()
+    );
+    let src = &src[..nbytes];
+    with_block!(ty, B => B::dequantize(as_blocks::<B>(src), dst), q8k => {
+        for (b, y) in src.chunks_exact(ty.block_bytes()).zip(dst.chunks_exact_mut(QK_K)) {
+            BlockQ8K::dequantize_bytes(b, y);
+        }
+    })
+}
+
+/// Encodes `src` (a whole number of blocks of `ty`) and appends the bytes to `dst`.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut Vec<u8>) {
+    let start = dst.len();
+    dst.resize(start + row_bytes(ty, src.len()), 0);
+    quantize_row_into(ty, src, &mut dst[start..]);
+}
+
+/// Encodes `src` into `dst`, which must be exactly `row_bytes(ty, src.len())` bytes.
+pub fn quantize_row_into(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
+    assert_eq!(
+        dst.len(),
+        row_bytes(ty, src.len()),
+        "dst size for {} {} values",
+        src.len(),
+        ty.name()
+    );
+    with_block!(ty, B => B::quantize(src, as_blocks_mut::<B>(dst)), q8k => {
+        let mut bytes = Vec::with_capacity(dst.len());
+        for x in src.chunks_exact(QK_K) {
+            BlockQ8K::from_f32(x).to_bytes(&mut bytes);
+        }
+        dst.copy_from_slice(&bytes);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_round_trips_through_bytes() {
+        let x: Vec<f32> = (0..512)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        for ty in GgmlType::ALL {
+            let mut bytes = Vec::new();
+            quantize_row(ty, &x, &mut bytes);
+            assert_eq!(bytes.len(), row_bytes(ty, x.len()), "{}", ty.name());
+            let mut y = vec![0.0; x.len()];
+            dequantize_row(ty, &bytes, &mut y);
+            let err = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 0.8, "{} max error {err}", ty.name());
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "whole number")]
+    fn partial_block_is_refused() {
+        let mut y = vec![0.0; 31];
+        dequantize_row(GgmlType::Q4_0, &[0; 18], &mut y);
+    }
+}

@@ -1,0 +1,220 @@
+//! What every block format shares: the byte-view trait, the weight/activation kernel traits,
+//! the instruction-set token, and small conversion helpers.
+//!
+//! Shape: one trait, [`WeightBlock`], covers every weight format (as candle's `k_quants.rs`
+//! does). Each implementation keeps its portable `dot_scalar` next to `dot_avx2`, and both
+//! take `R` activation rows at once so that a weight block is decoded once and used `R`
+//! times. Row `r`'s result depends only on `w` and `xs[r]`: the per-row operation sequence is
+//! the same for every `R`, which is what makes `matmul` batch invariant.
+
+use crate::GgmlType;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A `#[repr(C)]` block whose bytes are exactly GGUF's on-disk layout.
+///
+/// # Safety
+/// Implementors must have alignment 1, no padding, and accept every bit pattern (all fields
+/// are byte arrays), so that any byte slice holding whole blocks can be viewed as `&[Self]`.
+pub unsafe trait Block: Copy + Send + Sync + 'static {
+    /// The GGUF type this block stores.
+    const TYPE: GgmlType;
+    /// Values per block.
+    const ELEMS: usize;
+}
+
+/// Views `bytes` (a whole number of blocks) as blocks. Panics if the length is not a multiple
+/// of the block size.
+pub fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
+    const { assert!(std::mem::align_of::<B>() == 1) };
+    let size = std::mem::size_of::<B>();
+    assert!(
+        bytes.len().is_multiple_of(size),
+        "{} bytes is not a whole number of {} blocks ({size} bytes each)",
+        bytes.len(),
+        B::TYPE.name()
+    );
+    // SAFETY: `Block` guarantees alignment 1, no padding and validity of every bit pattern;
+    // the length is a whole number of blocks.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / size) }
+}
+
+/// Mutable twin of [`as_blocks`].
+pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
+    const { assert!(std::mem::align_of::<B>() == 1) };
+    let size = std::mem::size_of::<B>();
+    assert!(
+        bytes.len().is_multiple_of(size),
+        "{} bytes is not a whole number of {} blocks",
+        bytes.len(),
+        B::TYPE.name()
+    );
+    // SAFETY: as in `as_blocks`; the borrow is unique.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len() / size) }
+}
+
+/// A little-endian IEEE half stored as bytes (alignment 1, so blocks can sit at any offset).
+#[inline(always)]
+pub fn f16_to_f32(b: [u8; 2]) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes(b)).to_f32()
+}
+
+/// Rounds to the nearest f16 (ties to even) and returns its little-endian bytes.
+#[inline(always)]
+pub fn f32_to_f16(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// Which instruction set a kernel call may use. Holding `Isa::avx2()` is proof that the CPU
+/// has AVX2, FMA and F16C, so the dispatchers need no further check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Isa(IsaKind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IsaKind {
+    Scalar,
+    Avx2,
+}
+
+/// 0 = not probed yet, 1 = scalar only, 2 = AVX2+FMA+F16C.
+static DETECTED: AtomicU8 = AtomicU8::new(0);
+
+impl Isa {
+    /// The portable reference kernels.
+    pub const fn scalar() -> Isa {
+        Isa(IsaKind::Scalar)
+    }
+
+    /// The AVX2+FMA+F16C kernels, if this CPU has them.
+    pub fn avx2() -> Option<Isa> {
+        let mut v = DETECTED.load(Ordering::Relaxed);
+        if v == 0 {
+            v = if cpu_has_avx2() { 2 } else { 1 };
+            DETECTED.store(v, Ordering::Relaxed);
+        }
+        (v == 2).then_some(Isa(IsaKind::Avx2))
+    }
+
+    /// The fastest kernels this CPU runs (probed once, then cached).
+    pub fn best() -> Isa {
+        Isa::avx2().unwrap_or(Isa::scalar())
+    }
+
+    /// True for the AVX2 kernels.
+    pub fn is_avx2(self) -> bool {
+        self.0 == IsaKind::Avx2
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx2() -> bool {
+    false
+}
+
+/// One row's activations after quantization, in the unit a weight format multiplies with:
+/// `f32` for the float weights, [`crate::BlockQ8x4`] for the 32-value blocks,
+/// [`crate::BlockQ8K`] for the K-quants.
+pub trait ActBlock: Copy + Default + Send + Sync + 'static {
+    /// Values one unit covers.
+    const ELEMS: usize;
+    /// Units needed for a row of `cols` values (the last one zero-padded).
+    fn units_for(cols: usize) -> usize {
+        cols.div_ceil(Self::ELEMS)
+    }
+    /// Quantizes one row. `out.len() == units_for(src.len())`. Every ISA produces the same
+    /// bits (the rounding is ties-to-even in both paths).
+    fn quantize_row(src: &[f32], out: &mut [Self]);
+}
+
+impl ActBlock for f32 {
+    const ELEMS: usize = 1;
+    fn quantize_row(src: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(src);
+    }
+}
+
+/// A weight format: how to decode it, how to make it, and how to dot it with activations.
+pub trait WeightBlock: Block {
+    /// The activation unit this format's dot product consumes.
+    type Act: ActBlock;
+
+    /// Decodes `blocks` into `out` (`out.len() == blocks.len() * ELEMS`).
+    fn dequantize(blocks: &[Self], out: &mut [f32]);
+
+    /// Encodes `src` (`src.len() == out.len() * ELEMS`). Valid blocks that decode close to the
+    /// input; rounding choices need not match ggml's quantizer.
+    fn quantize(src: &[f32], out: &mut [Self]);
+
+    /// Portable reference: `R` dot products of the weight row `w` with activation rows `xs`.
+    fn dot_scalar<const R: usize>(w: &[Self], xs: [&[Self::Act]; R]) -> [f32; R];
+
+    /// AVX2 twin of [`WeightBlock::dot_scalar`]; falls back to it where no SIMD path exists.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn dot_avx2<const R: usize>(w: &[Self], xs: [&[Self::Act]; R]) -> [f32; R] {
+        Self::dot_scalar(w, xs)
+    }
+}
+
+/// `R` dot products of weight row `w` with activation rows `xs`, on `isa`.
+#[inline]
+pub fn dot_rows<W: WeightBlock, const R: usize>(isa: Isa, w: &[W], xs: [&[W::Act]; R]) -> [f32; R] {
+    if isa.is_avx2() {
+        // SAFETY: an `Isa` with kind Avx2 exists only if the CPU has AVX2, FMA and F16C.
+        unsafe { W::dot_avx2(w, xs) }
+    } else {
+        W::dot_scalar(w, xs)
+    }
+}
+
+/// One dot product of weight row `w` with one activation row `x`, on `isa`.
+pub fn vec_dot<W: WeightBlock>(isa: Isa, w: &[W], x: &[W::Act]) -> f32 {
+    dot_rows::<W, 1>(isa, w, [x])[0]
+}
+
+/// The fold every lane-blocked kernel ends with: lanes 0..4 summed as `(l0 + l1) + (l2 + l3)`.
+#[inline(always)]
+pub fn fold4(l: [f32; 4]) -> f32 {
+    (l[0] + l[1]) + (l[2] + l[3])
+}
+
+/// Largest absolute value (NaN-free inputs assumed; a NaN yields garbage, never a panic).
+#[inline]
+pub fn amax(xs: &[f32]) -> f32 {
+    xs.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// The value with the largest magnitude, with its sign.
+#[inline]
+pub fn signed_max(xs: &[f32]) -> f32 {
+    let mut best = 0.0f32;
+    for &v in xs {
+        if v.abs() > best.abs() {
+            best = v;
+        }
+    }
+    best
+}
+
+/// Reciprocal that maps 0 to 0 (an all-zero block quantizes to zeros, not NaN).
+#[inline(always)]
+pub fn inv_or_zero(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
+}
+
+/// Round to nearest, ties to even, then clamp into `lo..=hi`.
+#[inline(always)]
+pub fn round_clamp(v: f32, lo: i32, hi: i32) -> i32 {
+    (v.round_ties_even() as i32).clamp(lo, hi)
+}

@@ -1,0 +1,421 @@
+//! `matmul`: a quantized weight matrix times a batch of f32 activation rows.
+//!
+//! Shape of the work: each activation row is quantized once into the format the weight type
+//! multiplies with ([`Activations`]). The weight rows are split into contiguous tiles handed
+//! out to the pool's threads; a thread walks its tile one weight row at a time and, for each,
+//! runs the multi-row kernel over the activation rows four at a time, so each weight block is
+//! read from memory once per call and decoded once per four activation rows. Activation rows
+//! are visited in chunks that stay in L2 while the tile's weight rows stream past.
+//!
+//! Invariant (batch invariance; the scheduler relies on it): `out[r][o]` is the same bits
+//! whatever `n` is, whatever the other rows hold and whatever the thread count. It holds
+//! because (1) a row's activation quantization depends only on that row, (2) the kernels'
+//! per-row operation sequence does not depend on how many rows they process together, and
+//! (3) tiling only decides which thread computes `(o, r)`, never how. Pinned by
+//! `tests/matmul.rs::batch_and_thread_invariance`.
+
+use crate::block::{as_blocks, dot_rows, ActBlock, Isa, WeightBlock};
+use crate::float::{Bf16Le, F16Le, F32Le};
+use crate::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4};
+use crate::pool::ThreadPool;
+use crate::GgmlType;
+use std::cell::RefCell;
+
+/// A row-major weight matrix as stored in GGUF: `rows` output features of `cols` values
+/// each (`cols` = the tensor's dims[0]); `data` is `rows * row_bytes(ty, cols)` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that `data` holds exactly `rows` rows of `cols` values of `ty`.
+    pub fn new(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> QMatrix<'a> {
+        let m = QMatrix {
+            ty,
+            data,
+            rows,
+            cols,
+        };
+        m.validate();
+        m
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        crate::row_bytes(self.ty, self.cols)
+    }
+
+    /// The bytes of row `o`.
+    pub fn row(&self, o: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.data[o * rb..(o + 1) * rb]
+    }
+
+    fn validate(&self) {
+        assert!(
+            self.cols.is_multiple_of(self.ty.block_elems()),
+            "{} rows need a multiple of {} values, got {}",
+            self.ty.name(),
+            self.ty.block_elems(),
+            self.cols
+        );
+        assert_eq!(
+            self.data.len(),
+            self.rows * self.row_bytes(),
+            "{}x{} {} matrix needs {} bytes",
+            self.rows,
+            self.cols,
+            self.ty.name(),
+            self.rows * self.row_bytes()
+        );
+    }
+}
+
+/// The activation format a weight type multiplies with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ActKind {
+    /// f32 as is (F32, F16, BF16 weights).
+    #[default]
+    F32,
+    /// [`BlockQ8x4`]: 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 weights).
+    Q8x4,
+    /// [`BlockQ8K`]: 256-value blocks (K-quant weights).
+    Q8K,
+}
+
+impl ActKind {
+    /// The activation format for weights of type `ty`.
+    pub fn for_weights(ty: GgmlType) -> ActKind {
+        match ty {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActKind::F32,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q8_1 => ActKind::Q8x4,
+            _ => ActKind::Q8K,
+        }
+    }
+}
+
+/// A reusable buffer of quantized activation rows. Quantize once, multiply with several
+/// matrices of the same [`ActKind`] (e.g. Q, K and V projections of one input).
+#[derive(Debug, Default)]
+pub struct Activations {
+    kind: ActKind,
+    n: usize,
+    cols: usize,
+    f32s: Vec<f32>,
+    q8: Vec<BlockQ8x4>,
+    q8k: Vec<BlockQ8K>,
+}
+
+/// Where an activation unit type lives inside [`Activations`].
+pub trait ActStorage: ActBlock {
+    const KIND: ActKind;
+    fn storage(a: &Activations) -> &[Self];
+    fn storage_mut(a: &mut Activations) -> &mut Vec<Self>;
+    /// Raw f32 rows used as they are (only for `ActKind::F32`).
+    fn from_f32(_x: &[f32]) -> Option<&[Self]> {
+        None
+    }
+}
+
+impl ActStorage for f32 {
+    const KIND: ActKind = ActKind::F32;
+    fn storage(a: &Activations) -> &[f32] {
+        &a.f32s
+    }
+    fn storage_mut(a: &mut Activations) -> &mut Vec<f32> {
+        &mut a.f32s
+    }
+    fn from_f32(x: &[f32]) -> Option<&[f32]> {
+        Some(x)
+    }
+}
+impl ActStorage for BlockQ8x4 {
+    const KIND: ActKind = ActKind::Q8x4;
+    fn storage(a: &Activations) -> &[BlockQ8x4] {
+        &a.q8
+    }
+    fn storage_mut(a: &mut Activations) -> &mut Vec<BlockQ8x4> {
+        &mut a.q8
+    }
+}
+impl ActStorage for BlockQ8K {
+    const KIND: ActKind = ActKind::Q8K;
+    fn storage(a: &Activations) -> &[BlockQ8K] {
+        &a.q8k
+    }
+    fn storage_mut(a: &mut Activations) -> &mut Vec<BlockQ8K> {
+        &mut a.q8k
+    }
+}
+
+impl Activations {
+    pub fn new() -> Activations {
+        Activations::default()
+    }
+
+    pub fn kind(&self) -> ActKind {
+        self.kind
+    }
+
+    /// Activation rows held.
+    pub fn n_rows(&self) -> usize {
+        self.n
+    }
+
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Quantizes `n` rows of `cols` values (`x.len() == n * cols`) for weights of type `ty`,
+    /// reusing the buffer's memory. Rows are spread over `pool` when there are several.
+    pub fn quantize(&mut self, pool: &ThreadPool, ty: GgmlType, x: &[f32], n: usize, cols: usize) {
+        assert_eq!(x.len(), n * cols, "x must hold n rows of cols values");
+        self.kind = ActKind::for_weights(ty);
+        self.n = n;
+        self.cols = cols;
+        match self.kind {
+            ActKind::F32 => self.fill::<f32>(pool, x),
+            ActKind::Q8x4 => self.fill::<BlockQ8x4>(pool, x),
+            ActKind::Q8K => self.fill::<BlockQ8K>(pool, x),
+        }
+    }
+
+    fn fill<A: ActStorage>(&mut self, pool: &ThreadPool, x: &[f32]) {
+        let (n, cols) = (self.n, self.cols);
+        let upr = A::units_for(cols);
+        let buf = A::storage_mut(self);
+        buf.clear();
+        buf.resize(n * upr, A::default());
+        if n < 4 || pool.n_threads() == 1 {
+            for (xr, ar) in x
+                .chunks_exact(cols.max(1))
+                .zip(buf.chunks_exact_mut(upr.max(1)))
+            {
+                A::quantize_row(xr, ar);
+            }
+            return;
+        }
+        struct BufPtr<A>(*mut A);
+        // SAFETY: each task writes only its own row's units.
+        unsafe impl<A> Sync for BufPtr<A> {}
+        let ptr = BufPtr(buf.as_mut_ptr());
+        let ptr = &ptr;
+        pool.for_each(n, &|r| {
+            // SAFETY: rows `r` are disjoint ranges of the buffer, alive for the whole call.
+            let row = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(r * upr), upr) };
+            A::quantize_row(&x[r * cols..(r + 1) * cols], row);
+        });
+    }
+
+    /// Row units of type `A` and units per row; panics if the buffer holds another kind.
+    fn view<A: ActStorage>(&self) -> (&[A], usize) {
+        assert_eq!(
+            self.kind,
+            A::KIND,
+            "activations were quantized for another weight type"
+        );
+        (A::storage(self), A::units_for(self.cols))
+    }
+}
+
+thread_local! {
+    /// `matmul`'s activation scratch, reused across calls on this thread.
+    static SCRATCH: RefCell<Activations> = RefCell::new(Activations::new());
+}
+
+/// `out[r * w.rows + o] = dot(W[o], x[r])` for the `n` rows of `x` (each `w.cols` values).
+/// Quantizes each row of `x` once (format chosen by `w.ty`), then multiplies on the pool.
+/// Batch invariant (see the module doc).
+pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    matmul_isa(Isa::best(), pool, w, x, n, out)
+}
+
+/// [`matmul`] on a chosen instruction set (tests compare the scalar and AVX2 paths).
+pub fn matmul_isa(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    assert_eq!(x.len(), n * w.cols, "x must hold n rows of w.cols values");
+    if ActKind::for_weights(w.ty) == ActKind::F32 {
+        return dispatch(isa, pool, w, Input::F32(x), n, out);
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut acts) => {
+            acts.quantize(pool, w.ty, x, n, w.cols);
+            dispatch(isa, pool, w, Input::Acts(&acts), n, out)
+        }
+        // Re-entered on this thread (a matmul inside a pool task): use a fresh buffer.
+        Err(_) => {
+            let mut acts = Activations::new();
+            acts.quantize(pool, w.ty, x, n, w.cols);
+            dispatch(isa, pool, w, Input::Acts(&acts), n, out)
+        }
+    })
+}
+
+/// [`matmul`] with activations already quantized (for `w.ty`'s [`ActKind`]).
+pub fn matmul_acts(pool: &ThreadPool, w: &QMatrix, acts: &Activations, out: &mut [f32]) {
+    matmul_acts_isa(Isa::best(), pool, w, acts, out)
+}
+
+/// [`matmul_acts`] on a chosen instruction set.
+pub fn matmul_acts_isa(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    acts: &Activations,
+    out: &mut [f32],
+) {
+    assert_eq!(
+        acts.cols(),
+        w.cols,
+        "activations have {} values per row, W has {}",
+        acts.cols(),
+        w.cols
+    );
+    dispatch(isa, pool, w, Input::Acts(acts), acts.n_rows(), out)
+}
+
+enum Input<'a> {
+    F32(&'a [f32]),
+    Acts(&'a Activations),
+}
+
+fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &mut [f32]) {
+    w.validate();
+    assert_eq!(
+        out.len(),
+        n * w.rows,
+        "out must hold n rows of w.rows values"
+    );
+    match w.ty {
+        GgmlType::F32 => run::<F32Le>(isa, pool, w, x, n, out),
+        GgmlType::F16 => run::<F16Le>(isa, pool, w, x, n, out),
+        GgmlType::BF16 => run::<Bf16Le>(isa, pool, w, x, n, out),
+        GgmlType::Q4_0 => run::<BlockQ4_0>(isa, pool, w, x, n, out),
+        GgmlType::Q4_1 => run::<BlockQ4_1>(isa, pool, w, x, n, out),
+        GgmlType::Q5_0 => run::<BlockQ5_0>(isa, pool, w, x, n, out),
+        GgmlType::Q5_1 => run::<BlockQ5_1>(isa, pool, w, x, n, out),
+        GgmlType::Q8_0 => run::<BlockQ8_0>(isa, pool, w, x, n, out),
+        GgmlType::Q8_1 => run::<BlockQ8_1>(isa, pool, w, x, n, out),
+        GgmlType::Q2_K => run::<BlockQ2K>(isa, pool, w, x, n, out),
+        GgmlType::Q3_K => run::<BlockQ3K>(isa, pool, w, x, n, out),
+        GgmlType::Q4_K => run::<BlockQ4K>(isa, pool, w, x, n, out),
+        GgmlType::Q5_K => run::<BlockQ5K>(isa, pool, w, x, n, out),
+        GgmlType::Q6_K => run::<BlockQ6K>(isa, pool, w, x, n, out),
+        GgmlType::Q8_K => panic!("q8_K is an activation format; no matmul with q8_K weights"),
+    }
+}
+
+/// Activation rows processed together by one kernel call.
+const ROWS_PER_KERNEL: usize = 4;
+/// Target bytes of an activation chunk (kept in L2 while weight rows stream past).
+const ACT_CHUNK_BYTES: usize = 128 * 1024;
+/// Tiles per thread: enough for dynamic balancing on a shared machine, few enough that
+/// claiming a tile costs nothing.
+const TILES_PER_THREAD: usize = 16;
+
+fn run<W: WeightBlock>(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: Input,
+    n: usize,
+    out: &mut [f32],
+) where
+    W::Act: ActStorage,
+{
+    let (acts, upr): (&[W::Act], usize) = match x {
+        Input::Acts(a) => a.view::<W::Act>(),
+        Input::F32(x) => {
+            let acts = W::Act::from_f32(x).expect("raw f32 rows only for f32-activation weights");
+            (acts, w.cols)
+        }
+    };
+    if n == 0 || w.rows == 0 {
+        return;
+    }
+    assert!(acts.len() >= n * upr, "activation buffer too short");
+    let blocks: &[W] = as_blocks(w.data);
+    let bpr = w.cols / W::ELEMS;
+    let rows = w.rows;
+    let rows_per_tile = rows.div_ceil(pool.n_threads() * TILES_PER_THREAD).max(1);
+    let n_tiles = rows.div_ceil(rows_per_tile);
+    let unit_bytes = std::mem::size_of::<W::Act>() * upr.max(1);
+    let chunk =
+        (ACT_CHUNK_BYTES / unit_bytes).max(ROWS_PER_KERNEL) / ROWS_PER_KERNEL * ROWS_PER_KERNEL;
+    let job = Job {
+        isa,
+        acts,
+        upr,
+        rows,
+        out: out.as_mut_ptr(),
+    };
+    let job = &job;
+
+    pool.for_each(n_tiles, &|t| {
+        let o0 = t * rows_per_tile;
+        let o1 = (o0 + rows_per_tile).min(rows);
+        let mut r0 = 0;
+        while r0 < n {
+            let r1 = (r0 + chunk).min(n);
+            for o in o0..o1 {
+                let wrow = &blocks[o * bpr..(o + 1) * bpr];
+                let mut r = r0;
+                while r < r1 {
+                    r += match r1 - r {
+                        1 => job.tile::<1>(wrow, r, o),
+                        2 => job.tile::<2>(wrow, r, o),
+                        3 => job.tile::<3>(wrow, r, o),
+                        _ => job.tile::<ROWS_PER_KERNEL>(wrow, r, o),
+                    };
+                }
+            }
+            r0 = r1;
+        }
+    });
+}
+
+/// What every task of one `run` shares.
+struct Job<'a, A> {
+    isa: Isa,
+    acts: &'a [A],
+    /// Activation units per row.
+    upr: usize,
+    /// Output features (the stride of `out`).
+    rows: usize,
+    out: *mut f32,
+}
+
+// SAFETY: `out` is written at disjoint elements by the tasks (each weight row `o` belongs to
+// one task), and `for_each` returns only after all tasks finished.
+unsafe impl<A: Sync> Sync for Job<'_, A> {}
+
+impl<A: ActBlock> Job<'_, A> {
+    /// Computes `out[(r + i) * rows + o]` for `i < R`; returns `R`.
+    #[inline(always)]
+    fn tile<const R: usize>(
+        &self,
+        wrow: &[impl WeightBlock<Act = A>],
+        r: usize,
+        o: usize,
+    ) -> usize {
+        let upr = self.upr;
+        let xs: [&[A]; R] = std::array::from_fn(|i| &self.acts[(r + i) * upr..(r + i + 1) * upr]);
+        let res = dot_rows(self.isa, wrow, xs);
+        for (i, v) in res.into_iter().enumerate() {
+            // SAFETY: `(r + i, o)` is inside `out` (checked against n * rows in `dispatch`) and
+            // written only by the task owning weight row `o`.
+            unsafe { *self.out.add((r + i) * self.rows + o) = v };
+        }
+        R
+    }
+}
