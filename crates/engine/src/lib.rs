@@ -6,6 +6,7 @@
 //! - [`model`]: weights and the one batched forward pass, `forward_multi_seq`.
 //! - [`sampler`]: seeded samplers (argmax at temperature 0, top-k/top-p/min-p, penalties).
 //! - [`synthetic`]: small random-weight GGUF models of every architecture, for tests.
+//! - [`template`]: chat templates (GGUF Jinja via MiniJinja, or the architecture's own format).
 
 mod attention;
 pub mod cache;
@@ -16,6 +17,7 @@ pub mod model;
 mod ops;
 pub mod sampler;
 pub mod synthetic;
+pub mod template;
 pub mod tokenizer;
 mod weights;
 

@@ -79,7 +79,7 @@ pub enum TokenizerError {
     /// `tokenizer.ggml.pre` names a BPE pre-tokenizer we do not implement.
     #[error(
         "BPE pre-tokenizer `{name}` (tokenizer.ggml.pre) is not supported; supported: default, \
-         gpt-2 family, llama-bpe/llama3 family, qwen2 family"
+         gpt-2, llama-bpe/llama3, qwen2, starcoder, falcon and their aliases"
     )]
     UnsupportedPreTokenizer { name: String },
     /// A per-token array is shorter than `tokenizer.ggml.tokens`.

@@ -22,6 +22,17 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<String> {
         PreTokenizer::Gpt2 => split_gpt2(&cpts, &flags, &whole),
         PreTokenizer::Llama3 => split_llama3(&cpts, &flags, &whole, 3),
         PreTokenizer::Qwen2 => split_llama3(&cpts, &flags, &whole, 1),
+        PreTokenizer::Starcoder => {
+            let c = split_each(&flags, &whole, Flags::is_number);
+            split_gpt2(&cpts, &flags, &c)
+        }
+        PreTokenizer::Falcon => {
+            let c = split_runs(&cpts, &flags, &whole, |c, f| {
+                c == '`' || is_default_punct(c, f)
+            });
+            let c = split_gpt2(&cpts, &flags, &c);
+            split_ascii_digit_triples(&cpts, &c)
+        }
         PreTokenizer::Default => {
             let c = split_runs(&cpts, &flags, &whole, is_default_punct);
             let c = split_gpt2(&cpts, &flags, &c);
@@ -312,6 +323,26 @@ fn split_runs(
                 cuts.cut(pos);
             } else {
                 pos += 1;
+            }
+        }
+        cuts.cut(end);
+    }
+    out
+}
+
+/// A one-code-point regex such as `\p{N}`: every code point satisfying `pred` is its own
+/// word; the gaps between stay whole.
+fn split_each(flags: &[Flags], chunks: &[usize], pred: impl Fn(Flags) -> bool) -> Vec<usize> {
+    let mut out = Vec::with_capacity(chunks.len());
+    for (ini, end) in ranges(chunks) {
+        let mut cuts = Cuts {
+            out: &mut out,
+            prev_end: ini,
+        };
+        for pos in ini..end {
+            if pred(flags[pos]) {
+                cuts.cut(pos);
+                cuts.cut(pos + 1);
             }
         }
         cuts.cut(end);

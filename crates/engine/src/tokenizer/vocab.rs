@@ -42,6 +42,10 @@ pub enum PreTokenizer {
     Llama3,
     /// Qwen 2's regex (`"qwen2"`, ...): like Llama 3 but one digit per word.
     Qwen2,
+    /// Every digit alone, then GPT-2's regex (`"starcoder"`, `"refact"`, `"command-r"`, `"smollm"`, ...).
+    Starcoder,
+    /// Falcon's chain: punctuation runs (backtick included), GPT-2's regex, digit triples.
+    Falcon,
 }
 
 /// The tokenizer-related GGUF metadata, already read into plain values.
@@ -213,6 +217,9 @@ fn pre_tokenizer_from_name(
         | "granite-docling" | "exaone4" => (PreTokenizer::Gpt2, false, false),
         "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" | "stablelm2" | "hunyuan"
         | "solar-open" => (PreTokenizer::Qwen2, false, false),
+        "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b"
+        | "mellum2" => (PreTokenizer::Starcoder, false, false),
+        "falcon" => (PreTokenizer::Falcon, false, false),
         other => {
             return Err(TokenizerError::UnsupportedPreTokenizer {
                 name: other.to_string(),
@@ -327,7 +334,7 @@ impl Vocab {
             for (rank, m) in merges.iter().enumerate() {
                 // Split at the first space after the first byte, as llama.cpp does; a line
                 // without one becomes the ("", "") pair, which can never match.
-                let (l, r) = match m.get(1..).and_then(|rest| rest.find(' ')) {
+                let (l, r) = match m.bytes().skip(1).position(|b| b == b' ') {
                     Some(p) => (&m[..p + 1], &m[p + 2..]),
                     None => ("", ""),
                 };
