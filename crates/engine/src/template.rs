@@ -286,7 +286,9 @@ impl ChatTemplate {
             strftime_now(&format)
         });
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+        env.add_filter("length", length);
+        env.add_filter("count", length);
+        env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
             .map_err(|e| TemplateError::Compile {
                 detail: describe(&e),
             })?;
@@ -483,6 +485,50 @@ fn write_json(
     Ok(())
 }
 
+/// `length` as in Jinja2, where an undefined value has length 0 (templates write
+/// `tools|length` without checking that `tools` was passed).
+fn length(value: Value) -> Result<Value, minijinja::Error> {
+    if value.is_undefined() {
+        return Ok(Value::from(0));
+    }
+    value.len().map(Value::from).ok_or_else(|| {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("cannot calculate length of value of type {}", value.kind()),
+        )
+    })
+}
+
+/// Turn Hugging Face's `{% generation %}…{% endgeneration %}` (it marks assistant text for
+/// training masks and renders its body unchanged) into `{% if true %}…{% endif %}`, keeping
+/// any whitespace-control dashes, since MiniJinja has no such tag.
+fn rewrite_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(open) = rest.find("{%") {
+        let Some(close_rel) = rest[open..].find("%}") else {
+            break;
+        };
+        let close = open + close_rel + 2;
+        let tag = &rest[open..close];
+        let inner =
+            tag[2..tag.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+        let replacement = match inner {
+            "generation" => Some("if true"),
+            "endgeneration" => Some("endif"),
+            _ => None,
+        };
+        out.push_str(&rest[..open]);
+        match replacement {
+            Some(r) => out.push_str(&tag.replacen(inner, r, 1)),
+            None => out.push_str(tag),
+        }
+        rest = &rest[close..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A MiniJinja error with its source chain, on one line.
 fn describe(e: &minijinja::Error) -> String {
     let mut s = e.to_string();
@@ -592,6 +638,16 @@ mod tests {
             "26 Jul 2024 13:05:09 % July 07 24"
         );
         assert_eq!(format_utc("%Y-%m-%d", 0), "1970-01-01");
+    }
+
+    #[test]
+    fn generation_tags_become_plain_blocks() {
+        assert_eq!(
+            rewrite_generation_tags(
+                "a{%- generation -%}b{% endgeneration %}c{% if x %}{% endif %}"
+            ),
+            "a{%- if true -%}b{% endif %}c{% if x %}{% endif %}"
+        );
     }
 
     #[test]

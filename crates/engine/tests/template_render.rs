@@ -118,6 +118,18 @@ fn tojson_follows_python_json_dumps() {
 }
 
 #[test]
+fn jinja2_leniencies_real_templates_rely_on() {
+    // `{% generation %}` (Hugging Face's assistant-mask tag) renders its body; an undefined
+    // `tools` has length 0; `{% break %}` works; Python string methods exist.
+    let src = "{% for m in messages %}{%- generation -%}[{{ m.content.upper() }}]{%- endgeneration -%}{% if loop.index == 2 %}{% break %}{% endif %}{% endfor %}{{ tools|length }}{{ 'a,b'.split(',')|join('+') }}";
+    let t = ChatTemplate::from_jinja(src, "", "").unwrap();
+    assert_eq!(
+        t.render(&conversation(), false).unwrap(),
+        "[YOU ARE A CONCISE ASSISTANT.][WHAT IS THE CAPITAL OF FRANCE?]0a+b"
+    );
+}
+
+#[test]
 fn raise_exception_is_a_typed_error() {
     let t = ChatTemplate::from_jinja(HF_STYLE, "<s>", "</s>").unwrap();
     let bad = vec![ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];

@@ -153,7 +153,7 @@ fn merge_word(vocab: &Vocab, word: &str, key: &mut String, out: &mut Vec<u32>) {
         // Stale unless the two pieces still spell the candidate's text side by side.
         if l.next != Some(b.right)
             || l.len + r.len != b.text.len()
-            || &word[l.start..l.start + l.len + r.len] != b.text
+            || word[l.start..l.start + l.len + r.len] != b.text
         {
             continue;
         }

@@ -186,9 +186,8 @@ fn contraction_len(w: &Window, pos: usize, fold_case: bool) -> Option<usize> {
             }
         })
     };
-    match lower(pos + 1) {
-        Some('s' | 't' | 'm' | 'd') => return Some(2),
-        _ => {}
+    if let Some('s' | 't' | 'm' | 'd') = lower(pos + 1) {
+        return Some(2);
     }
     if pos + 2 < w.end {
         match (lower(pos + 1), lower(pos + 2)) {
@@ -339,8 +338,8 @@ fn split_each(flags: &[Flags], chunks: &[usize], pred: impl Fn(Flags) -> bool) -
             out: &mut out,
             prev_end: ini,
         };
-        for pos in ini..end {
-            if pred(flags[pos]) {
+        for (pos, &f) in flags.iter().enumerate().take(end).skip(ini) {
+            if pred(f) {
                 cuts.cut(pos);
                 cuts.cut(pos + 1);
             }
