@@ -50,7 +50,13 @@ pub(crate) fn attend(
     q: &[f32],
     out: &mut [f32],
 ) {
-    let AttnShape { layer, n_head, n_head_kv, head_dim, window } = shape;
+    let AttnShape {
+        layer,
+        n_head,
+        n_head_kv,
+        head_dim,
+        window,
+    } = shape;
     let q_dim = n_head * head_dim;
     assert_eq!(q.len(), queries.len() * q_dim);
     assert_eq!(out.len(), q.len());

@@ -107,7 +107,10 @@ impl ModelConfig {
         let n_ff = get_usize(f, &key("feed_forward_length"))?;
         let context_length = get_usize(f, &key("context_length"))?;
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
-            return Err(bad(&key("attention.head_count_kv"), "must divide head_count"));
+            return Err(bad(
+                &key("attention.head_count_kv"),
+                "must divide head_count",
+            ));
         }
         let head_dim = match opt_usize(f, &key("attention.key_length"))? {
             Some(d) => d,
@@ -120,7 +123,10 @@ impl ModelConfig {
             }
         }
         if head_dim == 0 || head_dim % 2 != 0 {
-            return Err(bad(&key("attention.key_length"), "must be even and non-zero"));
+            return Err(bad(
+                &key("attention.key_length"),
+                "must be even and non-zero",
+            ));
         }
         let rms_eps = opt_f32(f, &key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-6);
         let rope_base = opt_f32(f, &key("rope.freq_base"))?.unwrap_or(10000.0);
@@ -135,7 +141,10 @@ impl ModelConfig {
                 1.0 / factor
             }
             Some(other) => {
-                return Err(bad(&key("rope.scaling.type"), &format!("`{other}` unsupported")))
+                return Err(bad(
+                    &key("rope.scaling.type"),
+                    &format!("`{other}` unsupported"),
+                ))
             }
         };
         let sliding_window = match arch {
@@ -154,7 +163,9 @@ impl ModelConfig {
         };
         let embd = f
             .tensor("token_embd.weight")
-            .ok_or_else(|| EngineError::MissingTensor { name: "token_embd.weight".into() })?;
+            .ok_or_else(|| EngineError::MissingTensor {
+                name: "token_embd.weight".into(),
+            })?;
         let n_vocab = usize::try_from(embd.rows()).map_err(|_| bad("token_embd", "too large"))?;
         Ok(ModelConfig {
             arch,
@@ -207,12 +218,17 @@ impl ModelConfig {
 }
 
 fn bad(key: &str, reason: &str) -> EngineError {
-    EngineError::BadMetadata { key: key.to_string(), reason: reason.to_string() }
+    EngineError::BadMetadata {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 fn get_str<'a>(f: &'a GgufFile, key: &str) -> Result<&'a str, EngineError> {
     match f.get(key) {
-        None => Err(EngineError::MissingKey { key: key.to_string() }),
+        None => Err(EngineError::MissingKey {
+            key: key.to_string(),
+        }),
         Some(v) => v.as_str().ok_or_else(|| bad(key, "expected a string")),
     }
 }
@@ -221,7 +237,9 @@ fn opt_usize(f: &GgufFile, key: &str) -> Result<Option<usize>, EngineError> {
     match f.get(key) {
         None => Ok(None),
         Some(v) => {
-            let n = v.as_u64().ok_or_else(|| bad(key, "expected a non-negative integer"))?;
+            let n = v
+                .as_u64()
+                .ok_or_else(|| bad(key, "expected a non-negative integer"))?;
             // Shapes beyond 2^24 are not models, they are attacks on our allocations.
             if n > (1 << 24) {
                 return Err(bad(key, &format!("{n} is implausibly large")));
@@ -235,7 +253,9 @@ fn get_usize(f: &GgufFile, key: &str) -> Result<usize, EngineError> {
     match opt_usize(f, key)? {
         Some(0) => Err(bad(key, "must be non-zero")),
         Some(n) => Ok(n),
-        None => Err(EngineError::MissingKey { key: key.to_string() }),
+        None => Err(EngineError::MissingKey {
+            key: key.to_string(),
+        }),
     }
 }
 

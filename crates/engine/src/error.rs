@@ -15,15 +15,25 @@ pub enum EngineError {
     #[error("tensor `{name}` is missing")]
     MissingTensor { name: String },
     #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
-    BadTensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    BadTensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
     #[error("tensor `{name}` has type {ty:?}, which this engine cannot use there")]
     UnsupportedTensorType { name: String, ty: GgmlType },
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error("token id {id} is outside the vocabulary of {vocab_size}")]
     TokenOutOfRange { id: u32, vocab_size: usize },
-    #[error("position {pos} needs block {block_index} but the sequence's block table has {n_blocks}")]
-    BlockTableTooShort { pos: usize, block_index: usize, n_blocks: usize },
+    #[error(
+        "position {pos} needs block {block_index} but the sequence's block table has {n_blocks}"
+    )]
+    BlockTableTooShort {
+        pos: usize,
+        block_index: usize,
+        n_blocks: usize,
+    },
     #[error("block id {block} is outside the KV cache of {n_blocks} blocks")]
     BlockOutOfRange { block: u32, n_blocks: usize },
     #[error("io: {0}")]

@@ -54,7 +54,13 @@ impl KvCache {
     pub fn new(shape: KvShape, block_size: usize, n_blocks: usize) -> KvCache {
         assert!(block_size > 0, "KV block size must be positive");
         let n = shape.n_layers * n_blocks * block_size * shape.n_kv_heads * shape.head_dim;
-        KvCache { shape, block_size, n_blocks, k: vec![0u16; n], v: vec![0u16; n] }
+        KvCache {
+            shape,
+            block_size,
+            n_blocks,
+            k: vec![0u16; n],
+            v: vec![0u16; n],
+        }
     }
 
     pub fn shape(&self) -> KvShape {

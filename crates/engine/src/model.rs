@@ -121,7 +121,10 @@ impl Model {
         let mut tokens = Vec::new();
         for c in chunks {
             for (i, &t) in c.tokens.iter().enumerate() {
-                queries.push(Query { pos: c.start_pos + i, blocks: c.blocks });
+                queries.push(Query {
+                    pos: c.start_pos + i,
+                    blocks: c.blocks,
+                });
                 tokens.push(t);
             }
         }
@@ -161,7 +164,10 @@ impl Model {
         for c in chunks {
             for &t in c.tokens {
                 if t as usize >= self.config.n_vocab {
-                    return Err(EngineError::TokenOutOfRange { id: t, vocab_size: self.config.n_vocab });
+                    return Err(EngineError::TokenOutOfRange {
+                        id: t,
+                        vocab_size: self.config.n_vocab,
+                    });
                 }
             }
             if c.tokens.is_empty() {
@@ -177,7 +183,10 @@ impl Model {
                 });
             }
             if let Some(&b) = c.blocks.iter().find(|&&b| b as usize >= kv.n_blocks()) {
-                return Err(EngineError::BlockOutOfRange { block: b, n_blocks: kv.n_blocks() });
+                return Err(EngineError::BlockOutOfRange {
+                    block: b,
+                    n_blocks: kv.n_blocks(),
+                });
             }
         }
         Ok(())
@@ -194,7 +203,11 @@ impl Model {
         let table = e.view(&self.file);
         let rb = e.row_bytes();
         let mut x = vec![0.0f32; tokens.len() * d];
-        let scale = if self.config.scale_embeddings { (d as f32).sqrt() } else { 1.0 };
+        let scale = if self.config.scale_embeddings {
+            (d as f32).sqrt()
+        } else {
+            1.0
+        };
         for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
             let t = t as usize;
             ferrox_kernels::dequantize_row(e.ty, &table.data[t * rb..(t + 1) * rb], row);
@@ -229,7 +242,11 @@ impl Model {
         add_bias(&mut s.k, lw.bk.as_deref());
         add_bias(&mut s.v, lw.bv.as_deref());
         let sliding = cfg.is_sliding(il);
-        let freqs = if sliding { &self.freqs_swa } else { &self.freqs_global };
+        let freqs = if sliding {
+            &self.freqs_swa
+        } else {
+            &self.freqs_global
+        };
         for (r, query) in queries.iter().enumerate() {
             for head in s.q[r * qd..(r + 1) * qd].chunks_exact_mut(hd) {
                 if let Some(w) = &lw.q_norm {

@@ -75,7 +75,12 @@ impl SyntheticSpec {
 
 /// The vocabulary every synthetic model shares: 4 specials, 256 byte tokens, then pieces.
 fn vocab(n_vocab: usize) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
-    let mut tokens = vec!["<pad>".to_string(), "<eos>".into(), "<bos>".into(), "<unk>".into()];
+    let mut tokens = vec![
+        "<pad>".to_string(),
+        "<eos>".into(),
+        "<bos>".into(),
+        "<unk>".into(),
+    ];
     let mut types = vec![3i32, 3, 3, 2];
     for b in 0..=255u8 {
         tokens.push(format!("<0x{b:02X}>"));
@@ -122,10 +127,16 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     w.add_metadata(&format!("{a}.attention.head_count_kv"), u32v(s.n_head_kv));
     w.add_metadata(&format!("{a}.attention.key_length"), u32v(s.head_dim));
     w.add_metadata(&format!("{a}.attention.value_length"), u32v(s.head_dim));
-    w.add_metadata(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6));
+    w.add_metadata(
+        &format!("{a}.attention.layer_norm_rms_epsilon"),
+        Value::F32(1e-6),
+    );
     w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
     if s.sliding_window > 0 {
-        w.add_metadata(&format!("{a}.attention.sliding_window"), u32v(s.sliding_window));
+        w.add_metadata(
+            &format!("{a}.attention.sliding_window"),
+            u32v(s.sliding_window),
+        );
     }
     let (tokens, scores, types) = vocab(s.n_vocab);
     w.add_metadata("tokenizer.ggml.model", Value::String("llama".into()));
@@ -139,12 +150,22 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     w.add_metadata("tokenizer.ggml.padding_token_id", Value::U32(0));
     w.add_metadata("tokenizer.ggml.add_bos_token", Value::Bool(true));
     w.add_metadata("tokenizer.ggml.add_eos_token", Value::Bool(false));
-    w.add_metadata("tokenizer.ggml.add_space_prefix", Value::Bool(s.arch != Arch::Gemma3));
+    w.add_metadata(
+        "tokenizer.ggml.add_space_prefix",
+        Value::Bool(s.arch != Arch::Gemma3),
+    );
 
-    let (d, q, kv, ff) = (s.n_embd, s.n_head * s.head_dim, s.n_head_kv * s.head_dim, s.n_ff);
+    let (d, q, kv, ff) = (
+        s.n_embd,
+        s.n_head * s.head_dim,
+        s.n_head_kv * s.head_dim,
+        s.n_ff,
+    );
     let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize| {
         let scale = 1.0 / (cols as f32).sqrt();
-        let vals: Vec<f32> = (0..rows * cols).map(|_| rng.gen_range(-1.7..1.7) * scale).collect();
+        let vals: Vec<f32> = (0..rows * cols)
+            .map(|_| rng.gen_range(-1.7..1.7) * scale)
+            .collect();
         let mut bytes = Vec::new();
         for row in vals.chunks_exact(cols) {
             ferrox_kernels::quantize_row(s.weight_type, row, &mut bytes);

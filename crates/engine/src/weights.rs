@@ -27,7 +27,12 @@ impl Matrix {
     pub fn view<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
         let data = file.tensor_data(&file.tensors()[self.index]);
         debug_assert_eq!(data.len(), self.n_bytes);
-        QMatrix { ty: self.ty, data, rows: self.rows, cols: self.cols }
+        QMatrix {
+            ty: self.ty,
+            data,
+            rows: self.rows,
+            cols: self.cols,
+        }
     }
 
     /// Bytes of one row (a whole number of blocks by construction).
@@ -124,12 +129,19 @@ impl Weights {
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
             });
         }
-        Ok(Weights { token_embd, layers, output_norm: vector(f, "output_norm.weight", d)?, output })
+        Ok(Weights {
+            token_embd,
+            layers,
+            output_norm: vector(f, "output_norm.weight", d)?,
+            output,
+        })
     }
 }
 
 fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, EngineError> {
-    f.tensor(name).ok_or_else(|| EngineError::MissingTensor { name: name.to_string() })
+    f.tensor(name).ok_or_else(|| EngineError::MissingTensor {
+        name: name.to_string(),
+    })
 }
 
 /// Binds a 2-D weight of `rows` × `cols` (GGUF dims `[cols, rows]`).
@@ -137,15 +149,33 @@ fn matrix(f: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matrix, 
     let t = info(f, name)?;
     let expected = vec![cols as u64, rows as u64];
     if t.dims != expected {
-        return Err(EngineError::BadTensorShape { name: name.into(), expected, found: t.dims.clone() });
+        return Err(EngineError::BadTensorShape {
+            name: name.into(),
+            expected,
+            found: t.dims.clone(),
+        });
     }
     if t.ty == GgmlType::Q8_1 || t.ty == GgmlType::Q8_K {
         // Activation-only formats: ggml never stores weights in them.
-        return Err(EngineError::UnsupportedTensorType { name: name.into(), ty: t.ty });
+        return Err(EngineError::UnsupportedTensorType {
+            name: name.into(),
+            ty: t.ty,
+        });
     }
-    let index = f.tensors().iter().position(|x| x.name == name).expect("found by name above");
+    let index = f
+        .tensors()
+        .iter()
+        .position(|x| x.name == name)
+        .expect("found by name above");
     let n_bytes = usize::try_from(t.n_bytes).expect("size checked against the file at open");
-    Ok(Matrix { name: name.to_string(), ty: t.ty, rows, cols, index, n_bytes })
+    Ok(Matrix {
+        name: name.to_string(),
+        ty: t.ty,
+        rows,
+        cols,
+        index,
+        n_bytes,
+    })
 }
 
 /// Reads a 1-D tensor of `n` values (any float or quantized type) into f32.
@@ -153,7 +183,11 @@ fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, EngineError> {
     let t = info(f, name)?;
     let expected = vec![n as u64];
     if t.dims != expected {
-        return Err(EngineError::BadTensorShape { name: name.into(), expected, found: t.dims.clone() });
+        return Err(EngineError::BadTensorShape {
+            name: name.into(),
+            expected,
+            found: t.dims.clone(),
+        });
     }
     let mut out = vec![0.0f32; n];
     ferrox_kernels::dequantize_row(t.ty, f.tensor_data(t), &mut out);

@@ -21,13 +21,22 @@ fn argmax(x: &[f32]) -> u32 {
 /// Runs `prompts` with prefill chunks of `chunk` tokens, then `n_decode` greedy steps, all
 /// sequences sharing every step (`together`) or each alone. Returns every logits row seen
 /// per sequence (last prompt position, then each decode step).
-fn run(m: &Model, prompts: &[Vec<u32>], chunk: usize, n_decode: usize, together: bool) -> Vec<Vec<Vec<f32>>> {
+fn run(
+    m: &Model,
+    prompts: &[Vec<u32>],
+    chunk: usize,
+    n_decode: usize,
+    together: bool,
+) -> Vec<Vec<Vec<f32>>> {
     let vocab = m.vocab_size();
     let mut kv: KvCache = m.new_kv_cache(BS, prompts.len() * PER_SEQ as usize);
     let tables: Vec<Vec<u32>> = (0..prompts.len()).map(table).collect();
     let mut out = vec![Vec::new(); prompts.len()];
-    let groups: Vec<Vec<usize>> =
-        if together { vec![(0..prompts.len()).collect()] } else { (0..prompts.len()).map(|i| vec![i]).collect() };
+    let groups: Vec<Vec<usize>> = if together {
+        vec![(0..prompts.len()).collect()]
+    } else {
+        (0..prompts.len()).map(|i| vec![i]).collect()
+    };
     for group in groups {
         // Prefill: each step carries one chunk of every sequence still prefilling.
         let mut done = vec![0usize; prompts.len()];
@@ -56,7 +65,10 @@ fn run(m: &Model, prompts: &[Vec<u32>], chunk: usize, n_decode: usize, together:
             }
         }
         for step in 0..n_decode {
-            let toks: Vec<[u32; 1]> = group.iter().map(|&s| [argmax(out[s].last().unwrap())]).collect();
+            let toks: Vec<[u32; 1]> = group
+                .iter()
+                .map(|&s| [argmax(out[s].last().unwrap())])
+                .collect();
             let chunks: Vec<SeqChunk> = group
                 .iter()
                 .zip(&toks)
@@ -79,7 +91,11 @@ fn run(m: &Model, prompts: &[Vec<u32>], chunk: usize, n_decode: usize, together:
 fn prompts(lens: &[usize], vocab: u32) -> Vec<Vec<u32>> {
     lens.iter()
         .enumerate()
-        .map(|(s, &n)| (0..n).map(|i| 4 + ((i * 31 + s * 17) as u32 % (vocab - 4))).collect())
+        .map(|(s, &n)| {
+            (0..n)
+                .map(|i| 4 + ((i * 31 + s * 17) as u32 % (vocab - 4)))
+                .collect()
+        })
         .collect()
 }
 
@@ -116,7 +132,11 @@ fn thread_count_does_not_change_logits() {
 #[test]
 fn default_model_is_batch_and_chunk_invariant() {
     let path = ferrox_engine::cache::default_model_path();
-    assert!(path.exists(), "{} missing: run `cargo run -p ferrox -- pull`", path.display());
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo run -p ferrox -- pull`",
+        path.display()
+    );
     let m = Model::load(&path, 2).unwrap();
     let ps = prompts(&[23, 5, 40], 262_000);
     check(&m, &ps, 3, &[7]);

@@ -16,22 +16,38 @@ fn golden_dir() -> PathBuf {
 
 fn rows(file: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(golden_dir().join(file)).expect("golden file readable");
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn model() -> Model {
     let path = ferrox_engine::cache::default_model_path();
-    assert!(path.exists(), "{} missing: run `cargo run -p ferrox -- pull`", path.display());
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo run -p ferrox -- pull`",
+        path.display()
+    );
     Model::load(&path, 2).expect("default model loads")
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// Prefills `prompt` in one chunk and returns the last position's logits.
 fn prefill(m: &Model, kv: &mut KvCache, blocks: &[u32], prompt: &[u32]) -> Vec<f32> {
-    let chunk = SeqChunk { tokens: prompt, start_pos: 0, blocks, want_logits: true };
+    let chunk = SeqChunk {
+        tokens: prompt,
+        start_pos: 0,
+        blocks,
+        want_logits: true,
+    };
     m.forward_multi_seq(kv, &[chunk]).unwrap()
 }
 
@@ -62,10 +78,18 @@ fn greedy_continuations_match_llama_cpp() {
     for row in &all {
         let prompt = ids(&row["ids_prompt"]);
         let want = ids(&row["ids_out"]);
-        let gaps: Vec<f64> =
-            row["top1_top2_logprob_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
-        let ref_gaps: Vec<f64> =
-            row["ref_f64_top1_top2_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+        let gaps: Vec<f64> = row["top1_top2_logprob_gap"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_f64().unwrap())
+            .collect();
+        let ref_gaps: Vec<f64> = row["ref_f64_top1_top2_gap"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_f64().unwrap())
+            .collect();
         let mut logits = prefill(&m, &mut kv, &blocks, &prompt);
         let mut got = Vec::new();
         for i in 0..want.len() {
@@ -86,14 +110,22 @@ fn greedy_continuations_match_llama_cpp() {
                 row["prompt"].as_str().unwrap(),
                 gaps[k],
                 ref_gaps.get(k),
-                if near_tie { "near-tie: ok" } else { "NOT a near-tie" }
+                if near_tie {
+                    "near-tie: ok"
+                } else {
+                    "NOT a near-tie"
+                }
             );
             if !near_tie {
                 failures.push((row["prompt"].clone(), k, got.clone(), want.clone()));
             }
         }
     }
-    eprintln!("greedy: {}/{} prompts pass", all.len() - failures.len(), all.len());
+    eprintln!(
+        "greedy: {}/{} prompts pass",
+        all.len() - failures.len(),
+        all.len()
+    );
     assert!(failures.is_empty(), "greedy mismatches: {failures:?}");
 }
 
@@ -124,7 +156,15 @@ fn last_position_logprobs_match_llama_cpp() {
             worst_ref = worst_ref.max((lp[id] - t["logprob"].as_f64().unwrap()).abs());
         }
     }
-    eprintln!("top-5 |Δlogprob|: vs llama.cpp {worst_llama:.4}, vs float64 reference {worst_ref:.4}");
-    assert!(worst_llama <= 0.5, "top-5 logprobs off llama.cpp by {worst_llama}");
-    assert!(worst_ref <= 0.5, "top-5 logprobs off the f64 reference by {worst_ref}");
+    eprintln!(
+        "top-5 |Δlogprob|: vs llama.cpp {worst_llama:.4}, vs float64 reference {worst_ref:.4}"
+    );
+    assert!(
+        worst_llama <= 0.5,
+        "top-5 logprobs off llama.cpp by {worst_llama}"
+    );
+    assert!(
+        worst_ref <= 0.5,
+        "top-5 logprobs off the f64 reference by {worst_ref}"
+    );
 }

@@ -33,14 +33,20 @@ impl Ref<'_> {
 
     /// y = W x for W of `rows` × x.len().
     fn mv(w: &[f64], x: &[f64]) -> Vec<f64> {
-        w.chunks_exact(x.len()).map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+        w.chunks_exact(x.len())
+            .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
     }
 
     fn rope(&self, x: &mut [f64], pos: usize, base: f64, scale: f64) {
         let d = x.len();
         for i in 0..d / 2 {
             let theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
-            let (a, b) = if self.c.arch == Arch::Llama { (2 * i, 2 * i + 1) } else { (i, i + d / 2) };
+            let (a, b) = if self.c.arch == Arch::Llama {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + d / 2)
+            };
             let (x0, x1) = (x[a], x[b]);
             x[a] = x0 * theta.cos() - x1 * theta.sin();
             x[b] = x0 * theta.sin() + x1 * theta.cos();
@@ -57,14 +63,24 @@ impl Ref<'_> {
             .iter()
             .map(|&t| {
                 let row = &emb[t as usize * d..(t as usize + 1) * d];
-                row.iter().map(|v| if gemma { v * (d as f64).sqrt() } else { *v }).collect()
+                row.iter()
+                    .map(|v| if gemma { v * (d as f64).sqrt() } else { *v })
+                    .collect()
             })
             .collect();
         for il in 0..c.n_layer {
             let p = |s: &str| format!("blk.{il}.{s}");
             let sliding = c.sliding_window > 0 && il % 6 != 5;
-            let base = if sliding { c.rope_base_swa } else { c.rope_base } as f64;
-            let (wq, wk, wv) = (self.w(&p("attn_q.weight")), self.w(&p("attn_k.weight")), self.w(&p("attn_v.weight")));
+            let base = if sliding {
+                c.rope_base_swa
+            } else {
+                c.rope_base
+            } as f64;
+            let (wq, wk, wv) = (
+                self.w(&p("attn_q.weight")),
+                self.w(&p("attn_k.weight")),
+                self.w(&p("attn_v.weight")),
+            );
             let mut qs = Vec::new();
             let mut ks = Vec::new();
             let mut vs = Vec::new();
@@ -73,12 +89,19 @@ impl Ref<'_> {
                 let mut q = Self::mv(&wq, &h);
                 let mut k = Self::mv(&wk, &h);
                 let mut v = Self::mv(&wv, &h);
-                for (y, b) in [(&mut q, "attn_q.bias"), (&mut k, "attn_k.bias"), (&mut v, "attn_v.bias")] {
+                for (y, b) in [
+                    (&mut q, "attn_q.bias"),
+                    (&mut k, "attn_k.bias"),
+                    (&mut v, "attn_v.bias"),
+                ] {
                     if let Some(bias) = self.t(&p(b)) {
                         y.iter_mut().zip(bias).for_each(|(a, b)| *a += b);
                     }
                 }
-                for (y, n) in [(&mut q, "attn_q_norm.weight"), (&mut k, "attn_k_norm.weight")] {
+                for (y, n) in [
+                    (&mut q, "attn_q_norm.weight"),
+                    (&mut k, "attn_k_norm.weight"),
+                ] {
                     let norm = self.t(&p(n));
                     for head in y.chunks_exact_mut(hd) {
                         if let Some(w) = &norm {
@@ -100,9 +123,19 @@ impl Ref<'_> {
                 for h in 0..c.n_head {
                     let g = h / group;
                     let q = &qs[qi][h * hd..(h + 1) * hd];
-                    let lo = if sliding { (qi + 1).saturating_sub(c.sliding_window) } else { 0 };
+                    let lo = if sliding {
+                        (qi + 1).saturating_sub(c.sliding_window)
+                    } else {
+                        0
+                    };
                     let scores: Vec<f64> = (lo..=qi)
-                        .map(|j| q.iter().zip(&ks[j][g * hd..(g + 1) * hd]).map(|(a, b)| a * b).sum::<f64>() * scale)
+                        .map(|j| {
+                            q.iter()
+                                .zip(&ks[j][g * hd..(g + 1) * hd])
+                                .map(|(a, b)| a * b)
+                                .sum::<f64>()
+                                * scale
+                        })
                         .collect();
                     let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -119,7 +152,11 @@ impl Ref<'_> {
                 }
                 xs[qi].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             }
-            let (wg, wu, wd) = (self.w(&p("ffn_gate.weight")), self.w(&p("ffn_up.weight")), self.w(&p("ffn_down.weight")));
+            let (wg, wu, wd) = (
+                self.w(&p("ffn_gate.weight")),
+                self.w(&p("ffn_up.weight")),
+                self.w(&p("ffn_down.weight")),
+            );
             for x in xs.iter_mut() {
                 let h = self.rms(x, &self.w(&p("ffn_norm.weight")));
                 let g = Self::mv(&wg, &h);
@@ -129,7 +166,11 @@ impl Ref<'_> {
                     .zip(&u)
                     .map(|(&g, &u)| {
                         let act = if gemma {
-                            0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh())
+                            0.5 * g
+                                * (1.0
+                                    + ((2.0 / std::f64::consts::PI).sqrt()
+                                        * (g + 0.044715 * g * g * g))
+                                        .tanh())
                         } else {
                             g / (1.0 + (-g).exp())
                         };
@@ -153,18 +194,33 @@ impl Ref<'_> {
 fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     let bytes = build_gguf(spec);
     let file = GgufFile::from_bytes(bytes.clone()).unwrap();
-    let r = Ref { c: ModelConfig::from_gguf(&file).unwrap(), f: &file };
+    let r = Ref {
+        c: ModelConfig::from_gguf(&file).unwrap(),
+        f: &file,
+    };
     let model = Model::from_gguf(GgufFile::from_bytes(bytes).unwrap(), 2).unwrap();
     let ids: Vec<u32> = (0..prompt_len).map(|i| (5 + i * 37 % 300) as u32).collect();
     let mut kv = model.new_kv_cache(4, 64);
     let blocks: Vec<u32> = (0..64).collect();
     let got = model
-        .forward_multi_seq(&mut kv, &[SeqChunk { tokens: &ids, start_pos: 0, blocks: &blocks, want_logits: true }])
+        .forward_multi_seq(
+            &mut kv,
+            &[SeqChunk {
+                tokens: &ids,
+                start_pos: 0,
+                blocks: &blocks,
+                want_logits: true,
+            }],
+        )
         .unwrap();
     let want = r.forward(&ids);
     let spread = want.iter().copied().fold(f64::NEG_INFINITY, f64::max)
         - want.iter().copied().fold(f64::INFINITY, f64::min);
-    let max_diff = got.iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs()).fold(0.0, f64::max);
+    let max_diff = got
+        .iter()
+        .zip(&want)
+        .map(|(&g, &w)| (g as f64 - w).abs())
+        .fold(0.0, f64::max);
     max_diff / spread
 }
 

@@ -22,24 +22,43 @@ pub fn inspect(path: &Path) -> Result<(), String> {
         n_params += t.n_elems();
     }
     let kv = cfg.kv_shape();
-    let name = f.get("general.name").and_then(|v| v.as_str()).unwrap_or("?");
+    let name = f
+        .get("general.name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?");
     println!("file:            {}", path.display());
     println!("name:            {name}");
     println!("gguf version:    {}", f.version());
     println!("architecture:    {}", cfg.arch.name());
-    println!("parameters:      {n_params} ({:.1} MB of tensors)", total_bytes as f64 / 1e6);
+    println!(
+        "parameters:      {n_params} ({:.1} MB of tensors)",
+        total_bytes as f64 / 1e6
+    );
     println!(
         "layers {} | embd {} | heads {} (kv {}) x {} | ffn {} | vocab {}",
         cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, cfg.n_vocab
     );
     println!("context length:  {}", cfg.context_length);
     if cfg.sliding_window > 0 {
-        println!("sliding window:  {} (every {}th layer global)", cfg.sliding_window, cfg.swa_period);
+        println!(
+            "sliding window:  {} (every {}th layer global)",
+            cfg.sliding_window, cfg.swa_period
+        );
     }
-    println!("rope:            {:?}, base {} (swa {})", cfg.rope_style, cfg.rope_base, cfg.rope_base_swa);
+    println!(
+        "rope:            {:?}, base {} (swa {})",
+        cfg.rope_style, cfg.rope_base, cfg.rope_base_swa
+    );
     println!("KV per token:    {} bytes (f16)", kv.bytes_per_token());
     let has_template = f.get("tokenizer.chat_template").is_some();
-    println!("chat template:   {}", if has_template { "present" } else { "absent (built-in format)" });
+    println!(
+        "chat template:   {}",
+        if has_template {
+            "present"
+        } else {
+            "absent (built-in format)"
+        }
+    );
     println!("tensor types:");
     for (ty, (n, bytes)) in hist {
         println!("  {ty:>6}: {n:4} tensors, {:9.1} MB", bytes as f64 / 1e6);
@@ -94,8 +113,8 @@ pub fn tokenize(args: TokenizeArgs) -> Result<(), String> {
             if line.trim().is_empty() {
                 continue;
             }
-            let l: TokenizeLine =
-                serde_json::from_str(&line).map_err(|e| format!("{}:{}: {e}", j.display(), i + 1))?;
+            let l: TokenizeLine = serde_json::from_str(&line)
+                .map_err(|e| format!("{}:{}: {e}", j.display(), i + 1))?;
             print(tok.encode(&l.text, l.add_bos, l.parse_special));
         }
         return Ok(());

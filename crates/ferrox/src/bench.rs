@@ -1,0 +1,160 @@
+//! `ferrox bench`: engine throughput, the numbers llama-bench and llama-batched-bench report.
+//!
+//! - `pp{P}`: prefill of a P-token prompt in one step, tokens per second;
+//! - `tg{N}`: N decode steps of one sequence, tokens per second;
+//! - `batch{B}`: B sequences (each with a P-token... a short 128-token prompt) decoding
+//!   together, N steps, aggregate generated tokens per second.
+//!
+//! Each is repeated `-r` times and reported as min/median/max. The steps go through
+//! `forward_multi_seq`, the same call the scheduler makes, on a KV cache sized for the run.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ferrox_engine::{Model, SeqChunk};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// GGUF file (default: the cached default model).
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
+    /// Threads.
+    #[arg(short = 't', long, default_value_t = 2)]
+    threads: usize,
+    /// Prompt length for the prefill test (0 skips it).
+    #[arg(short = 'p', long, default_value_t = 512)]
+    prompt: usize,
+    /// Decode steps for the generation tests (0 skips them).
+    #[arg(short = 'n', long, default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long, default_value_t = 5)]
+    reps: usize,
+    /// Batch sizes for aggregate decode, comma-separated (e.g. 1,2,4,8,16).
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
+    /// Prompt length of each sequence in the batch tests (as llama-batched-bench's -npp).
+    #[arg(long, default_value_t = 128)]
+    batch_prompt: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+const BLOCK: usize = 16;
+
+fn prompt_tokens(n: usize, seed: usize, vocab: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| (1000 + (i * 7919 + seed * 104_729) % (vocab - 2000)) as u32)
+        .collect()
+}
+
+/// Runs `n_seqs` sequences: prefill each, then `n_gen` steps decoding all together.
+/// Returns (prefill seconds, decode seconds).
+fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64) {
+    let per_seq = (prompt + n_gen).div_ceil(BLOCK) + 1;
+    let mut kv = m.new_kv_cache(BLOCK, per_seq * n_seqs);
+    let tables: Vec<Vec<u32>> = (0..n_seqs)
+        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+        .collect();
+    let t0 = Instant::now();
+    let mut last = vec![0u32; n_seqs];
+    for (s, table) in tables.iter().enumerate() {
+        let toks = prompt_tokens(prompt.max(1), s, m.vocab_size());
+        let chunk = SeqChunk {
+            tokens: &toks,
+            start_pos: 0,
+            blocks: table,
+            want_logits: n_gen > 0,
+        };
+        m.forward_multi_seq(&mut kv, &[chunk]).expect("prefill");
+        last[s] = toks[toks.len() - 1];
+    }
+    let t_prefill = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for step in 0..n_gen {
+        let toks: Vec<[u32; 1]> = last.iter().map(|&t| [t]).collect();
+        let chunks: Vec<SeqChunk> = tables
+            .iter()
+            .zip(&toks)
+            .map(|(table, t)| SeqChunk {
+                tokens: t,
+                start_pos: prompt.max(1) + step,
+                blocks: table,
+                want_logits: true,
+            })
+            .collect();
+        let logits = m.forward_multi_seq(&mut kv, &chunks).expect("decode");
+        let v = m.vocab_size();
+        for (s, t) in last.iter_mut().enumerate() {
+            // A cheap deterministic choice keeps tokens realistic without a sampler's cost.
+            let row = &logits[s * v..(s + 1) * v];
+            *t = (0..v).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32;
+        }
+    }
+    (t_prefill, t1.elapsed().as_secs_f64())
+}
+
+#[derive(serde::Serialize)]
+struct Stat {
+    min: f64,
+    median: f64,
+    max: f64,
+}
+
+fn stat(mut v: Vec<f64>) -> Stat {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Stat {
+        min: v[0],
+        median: v[v.len() / 2],
+        max: v[v.len() - 1],
+    }
+}
+
+pub fn bench(args: BenchArgs) -> Result<(), String> {
+    let path = crate::resolve_model(args.model)?;
+    let m = Model::load(&path, args.threads).map_err(|e| e.to_string())?;
+    let reps = args.reps.max(1);
+    let mut results: Vec<(String, Stat)> = Vec::new();
+    // Warm up: page the weights in.
+    run_once(&m, 1, 8, 2);
+    if args.prompt > 0 {
+        let v = (0..reps)
+            .map(|_| args.prompt as f64 / run_once(&m, 1, args.prompt, 0).0)
+            .collect();
+        results.push((format!("pp{}", args.prompt), stat(v)));
+    }
+    if args.n_gen > 0 {
+        let v = (0..reps)
+            .map(|_| args.n_gen as f64 / run_once(&m, 1, 1, args.n_gen).1)
+            .collect();
+        results.push((format!("tg{}", args.n_gen), stat(v)));
+        for &b in &args.batch {
+            let v = (0..reps)
+                .map(|_| (b * args.n_gen) as f64 / run_once(&m, b, args.batch_prompt, args.n_gen).1)
+                .collect();
+            results.push((format!("batch{b}"), stat(v)));
+        }
+    }
+    if args.json {
+        let obj: serde_json::Map<String, serde_json::Value> = results
+            .into_iter()
+            .map(|(k, s)| (k, serde_json::to_value(s).expect("stat serializes")))
+            .collect();
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!(
+            "model: {} | threads: {} | reps: {reps}",
+            path.display(),
+            m.n_threads()
+        );
+        println!(
+            "{:>10} {:>10} {:>10} {:>10}",
+            "test", "min t/s", "median", "max"
+        );
+        for (k, s) in results {
+            println!("{k:>10} {:>10.2} {:>10.2} {:>10.2}", s.min, s.median, s.max);
+        }
+    }
+    Ok(())
+}
