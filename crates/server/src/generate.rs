@@ -1,0 +1,275 @@
+//! The one generation path: a validated request in, a [`Generation`] (a stream of events,
+//! one sub-stream per choice) out. Chat and completions both call [`generate`]; each then
+//! only encodes what comes out (`openai_chat.rs`, `openai_completions.rs`).
+//!
+//! The path, in order:
+//! 1. the model named must be the one served (404 otherwise);
+//! 2. the prompt becomes token ids — a chat through the model's template, tokenized with
+//!    special tokens parsed and BOS as the model's metadata says (never twice, even when the
+//!    template writes BOS itself); completions text tokenized the same way; completions token
+//!    ids taken as given. Rendering and tokenizing run on the blocking pool: a long prompt
+//!    costs milliseconds of CPU, which must not stall the async runtime;
+//! 3. one [`GenerationRequest`] per choice (`n`), each with its own seed (`seed + i`, or a
+//!    random one), submitted to the scheduler; a refusal of any choice drops those already
+//!    submitted, which cancels them;
+//! 4. the choices' event streams are merged, and the latency metrics are observed as events
+//!    pass through, so every protocol feeds them the same way.
+//!
+//! Cancellation is ownership: a [`Generation`] owns the scheduler's `RequestStream`s, and
+//! dropping a stream cancels its request at the worker's next tick. A client that disconnects
+//! drops the response body (streaming) or the handler's future (non-streaming), which drops
+//! the `Generation` — nothing else needs to notice.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use ferrox_engine::template::{ChatMessage, TemplateError};
+use ferrox_sched::{
+    Completion, Event, FinishReason, GenerationRequest, StopConfig, TokenEvent,
+};
+
+use crate::error::ApiError;
+use crate::state::Generator;
+use crate::validation::{GenerationOptions, Prompt};
+
+/// The prompt of a request, as the protocol gave it.
+#[derive(Debug, Clone)]
+pub enum Input {
+    Chat(Vec<ChatMessage>),
+    Completion(Prompt),
+}
+
+/// An event of one choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChoiceEvent {
+    pub index: usize,
+    pub event: Event,
+}
+
+/// What one choice produced, collected (non-streaming replies).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChoiceOutput {
+    pub tokens: Vec<TokenEvent>,
+    pub completion: Completion,
+}
+
+/// Token counts of a whole request: the prompt once, the completions of every choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestUsage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+impl RequestUsage {
+    pub fn to_json(self) -> serde_json::Value {
+        serde_json::json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        })
+    }
+}
+
+/// Validates the model, builds the prompt, submits every choice: the whole path from a
+/// validated request to a stream of events.
+pub async fn generate(
+    generator: Arc<Generator>,
+    input: Input,
+    options: &GenerationOptions,
+) -> Result<Generation, ApiError> {
+    generator.check_model(options.model.as_deref())?;
+    let chat = matches!(input, Input::Chat(_));
+    let g = Arc::clone(&generator);
+    let prompt_ids = tokio::task::spawn_blocking(move || g.prompt_ids(&input))
+        .await
+        .map_err(|e| ApiError::Internal {
+            message: format!("prompt preparation failed: {e}"),
+        })??;
+    generator.submit(prompt_ids, options, chat)
+}
+
+impl Generator {
+    /// The prompt's token ids (blocking: renders and tokenizes).
+    fn prompt_ids(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
+        let tokenizer = self.model.tokenizer();
+        let text = match input {
+            Input::Completion(Prompt::Tokens(ids)) => return Ok(ids.clone()),
+            Input::Completion(Prompt::Text(text)) => text.clone(),
+            Input::Chat(messages) => self.template.render(messages, true).map_err(|e| match e {
+                TemplateError::Raised { message } => ApiError::invalid("messages", message),
+                TemplateError::Render { detail } => ApiError::invalid("messages", detail),
+                other => ApiError::Internal {
+                    message: other.to_string(),
+                },
+            })?,
+        };
+        let add_bos = tokenizer.add_bos_default();
+        let mut ids = tokenizer.encode(&text, add_bos, true);
+        // A template (or a prompt) that writes the BOS text itself would give two.
+        if let (true, Some(bos)) = (add_bos, tokenizer.bos()) {
+            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                ids.remove(0);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// One request per choice, submitted; the merged stream of their events.
+    fn submit(
+        self: &Arc<Self>,
+        prompt_ids: Vec<u32>,
+        options: &GenerationOptions,
+        chat: bool,
+    ) -> Result<Generation, ApiError> {
+        let max_tokens = options.max_tokens.unwrap_or_else(|| {
+            self.default_max_tokens
+                .min(self.context_tokens.saturating_sub(prompt_ids.len()))
+                .max(1)
+        });
+        let mut stop = StopConfig {
+            stop_strings: options.stop.clone(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: options.ignore_eos,
+        };
+        if chat && !options.ignore_eos {
+            stop.stop_token_ids.extend(&self.chat_stop_ids);
+            stop.stop_strings.extend(self.chat_stop_strings.iter().cloned());
+        }
+        let base_seed = options.seed.unwrap_or_else(rand::random);
+        let prompt_tokens = prompt_ids.len();
+        let mut choices = SelectAll::new();
+        for index in 0..options.n {
+            let request = GenerationRequest {
+                prompt_ids: prompt_ids.clone(),
+                max_tokens,
+                sampling: ferrox_sched::SamplingParams {
+                    seed: base_seed.wrapping_add(index as u64),
+                    ..options.sampling.clone()
+                },
+                stop: stop.clone(),
+                logprobs: options.logprobs,
+            };
+            // On a refusal, `choices` drops here with the streams already accepted, which
+            // cancels them.
+            let events = self.scheduler.submit(request)?;
+            choices.push(
+                stream::unfold(events, move |mut events| async move {
+                    let event = events.recv().await?;
+                    Some((ChoiceEvent { index, event }, events))
+                })
+                .boxed(),
+            );
+        }
+        Ok(Generation {
+            generator: Arc::clone(self),
+            choices,
+            last_token: vec![None; options.n],
+            started: Instant::now(),
+            n: options.n,
+            done: 0,
+            usage: RequestUsage {
+                prompt_tokens,
+                completion_tokens: 0,
+            },
+        })
+    }
+}
+
+/// A request in flight: the merged events of its choices. Dropping it cancels every choice
+/// that has not finished.
+pub struct Generation {
+    /// The generator the request started on, kept for its tokenizer and metrics.
+    pub generator: Arc<Generator>,
+    choices: SelectAll<BoxStream<'static, ChoiceEvent>>,
+    /// When each choice's last token arrived (`None` before its first).
+    last_token: Vec<Option<Instant>>,
+    started: Instant,
+    n: usize,
+    done: usize,
+    usage: RequestUsage,
+}
+
+impl Generation {
+    pub fn choices(&self) -> usize {
+        self.n
+    }
+
+    /// Usage so far (complete once every choice is done).
+    pub fn usage(&self) -> RequestUsage {
+        self.usage
+    }
+
+    /// The next event of any choice, in the order they happen; `None` once every choice is
+    /// done.
+    pub async fn next(&mut self) -> Option<ChoiceEvent> {
+        let ev = self.choices.next().await?;
+        let now = Instant::now();
+        let metrics = &self.generator.metrics;
+        match &ev.event {
+            Event::Token(_) => {
+                let i = ev.index;
+                match self.last_token[i] {
+                    None => metrics.ttft.observe(now - self.started),
+                    Some(last) => metrics.itl.observe(now - last),
+                }
+                self.last_token[i] = Some(now);
+            }
+            Event::Done(c) => {
+                self.done += 1;
+                self.usage.completion_tokens += c.usage.completion_tokens;
+                metrics.duration.observe(now - self.started);
+                let relaxed = std::sync::atomic::Ordering::Relaxed;
+                metrics
+                    .prompt_tokens
+                    .fetch_add(c.usage.prompt_tokens as u64, relaxed);
+                metrics
+                    .generation_tokens
+                    .fetch_add(c.usage.completion_tokens as u64, relaxed);
+            }
+        }
+        Some(ev)
+    }
+
+    /// Waits for every choice and returns them in index order; the first failed choice
+    /// fails the request (the others are cancelled as the generation drops).
+    pub async fn collect(mut self) -> Result<(Vec<ChoiceOutput>, RequestUsage), ApiError> {
+        let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); self.n];
+        let mut done: Vec<Option<Completion>> = vec![None; self.n];
+        while let Some(ChoiceEvent { index, event }) = self.next().await {
+            match event {
+                Event::Token(t) => tokens[index].push(t),
+                Event::Done(c) => {
+                    finish_reason(&c.finish_reason)?;
+                    done[index] = Some(c);
+                }
+            }
+        }
+        let outputs = tokens
+            .into_iter()
+            .zip(done)
+            .map(|(tokens, completion)| {
+                completion
+                    .map(|completion| ChoiceOutput { tokens, completion })
+                    .ok_or_else(|| ApiError::Internal {
+                        message: "a choice ended without its Done event".into(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((outputs, self.usage))
+    }
+}
+
+/// OpenAI's `finish_reason`, or the error a failed choice ends the request with.
+pub fn finish_reason(reason: &FinishReason) -> Result<&'static str, ApiError> {
+    match reason {
+        FinishReason::Stop => Ok("stop"),
+        FinishReason::Length => Ok("length"),
+        FinishReason::Cancelled => Err(ApiError::GenerationFailed {
+            message: "the request was cancelled".into(),
+        }),
+        FinishReason::Error(message) => Err(ApiError::GenerationFailed {
+            message: message.clone(),
+        }),
+    }
+}

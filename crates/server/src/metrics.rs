@@ -1,0 +1,259 @@
+//! `GET /metrics`: Prometheus text exposition of what the server and the scheduler do.
+//!
+//! Two sources, read at scrape time:
+//! - the server's own [`Metrics`]: requests by route and status (counted by the
+//!   [`track_requests`] middleware, which sees every response, errors and panics included),
+//!   prompt and generated tokens of finished generations, and three latency histograms
+//!   observed by the one generation path (`generate.rs`), so both protocols feed them;
+//! - the scheduler's `SchedulerStatus` snapshot: queue depth, running and prefilling
+//!   sequences, KV blocks, refusals by type, finished requests by reason.
+//!
+//! Hand-written rather than a metrics crate: a dozen series, fixed buckets, atomics; the
+//! format is a few lines of `writeln!`. Histograms keep their sum in whole microseconds so
+//! that every update is one atomic add.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use ferrox_sched::SchedulerStatus;
+
+/// A cumulative-bucket latency histogram in seconds.
+#[derive(Debug)]
+pub struct Histogram {
+    /// Upper bounds in seconds, ascending; `+Inf` is implicit.
+    bounds: &'static [f64],
+    /// Observations per bucket (not cumulative; the last is `+Inf`).
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = self.bounds.iter().position(|&b| secs <= b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Ordering::Relaxed);
+            match self.bounds.get(i) {
+                Some(b) => {
+                    let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+                }
+                None => {
+                    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+                }
+            }
+        }
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {cumulative}");
+    }
+}
+
+/// Time to first token: queueing and prefill.
+const TTFT_BOUNDS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+/// Inter-token latency: one decode step under the current batch.
+const ITL_BOUNDS: &[f64] = &[0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0];
+/// Whole generation, submit to `Done`.
+const DURATION_BOUNDS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0];
+
+/// The server's own counters. Shared as `Arc<Metrics>`; every field is updated lock-free
+/// except the request table (one short lock per response).
+#[derive(Debug)]
+pub struct Metrics {
+    /// `(route, status) -> count`; route is the matched pattern, or `unmatched`.
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    pub prompt_tokens: AtomicU64,
+    pub generation_tokens: AtomicU64,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub duration: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Mutex::default(),
+            prompt_tokens: AtomicU64::new(0),
+            generation_tokens: AtomicU64::new(0),
+            ttft: Histogram::new(TTFT_BOUNDS),
+            itl: Histogram::new(ITL_BOUNDS),
+            duration: Histogram::new(DURATION_BOUNDS),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn count_request(&self, route: &str, status: u16) {
+        let mut table = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *table.entry((route.to_string(), status)).or_default() += 1;
+    }
+
+    /// Requests answered so far on `route` with `status`.
+    pub fn requests(&self, route: &str, status: u16) -> u64 {
+        let table = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        table.get(&(route.to_string(), status)).copied().unwrap_or(0)
+    }
+
+    /// The exposition text; `status` is `None` while the model loads.
+    pub fn render(&self, status: Option<&SchedulerStatus>) -> String {
+        let mut out = String::with_capacity(4096);
+        let _ = writeln!(
+            out,
+            "# HELP ferrox_requests_total HTTP requests answered, by route and status.\n\
+             # TYPE ferrox_requests_total counter"
+        );
+        {
+            let table = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+            for ((route, status), n) in table.iter() {
+                let _ = writeln!(
+                    out,
+                    "ferrox_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }
+        counter(
+            &mut out,
+            "ferrox_prompt_tokens_total",
+            "Prompt tokens of finished generations.",
+            self.prompt_tokens.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "ferrox_generation_tokens_total",
+            "Tokens generated by finished generations.",
+            self.generation_tokens.load(Ordering::Relaxed),
+        );
+        self.ttft.render(
+            &mut out,
+            "ferrox_time_to_first_token_seconds",
+            "Time from submission to the first generated token.",
+        );
+        self.itl.render(
+            &mut out,
+            "ferrox_inter_token_latency_seconds",
+            "Time between consecutive generated tokens of one sequence.",
+        );
+        self.duration.render(
+            &mut out,
+            "ferrox_request_duration_seconds",
+            "Time from submission to the end of a generation.",
+        );
+        if let Some(s) = status {
+            render_scheduler(&mut out, s);
+        }
+        out
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+}
+
+fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
+    gauge(out, "ferrox_scheduler_healthy", "1 while the scheduler worker runs.", u8::from(s.healthy));
+    gauge(out, "ferrox_queue_depth", "Requests waiting for admission.", s.queued);
+    gauge(out, "ferrox_sequences_running", "Sequences generating tokens.", s.running);
+    gauge(out, "ferrox_sequences_prefilling", "Sequences still computing their prompt.", s.prefilling);
+    gauge(
+        out,
+        "ferrox_kv_blocks_used",
+        "KV cache blocks leased to sequences.",
+        s.blocks_total.saturating_sub(s.blocks_free),
+    );
+    gauge(out, "ferrox_kv_blocks_free", "KV cache blocks free.", s.blocks_free);
+    gauge(out, "ferrox_kv_blocks_total", "KV cache blocks in the pool.", s.blocks_total);
+    gauge(out, "ferrox_kv_blocks_peak_used", "Most KV blocks ever leased at once.", s.blocks_peak_used);
+    let r = &s.refusals;
+    let _ = writeln!(
+        out,
+        "# HELP ferrox_refusals_total Requests the scheduler refused, by type.\n\
+         # TYPE ferrox_refusals_total counter"
+    );
+    for (ty, n) in [
+        ("invalid_request", r.invalid_request),
+        ("context_length_exceeded", r.context_length_exceeded),
+        ("device_memory_budget_exceeded", r.device_memory_budget_exceeded),
+        ("queue_full", r.queue_full),
+        ("worker_gone", r.worker_gone),
+    ] {
+        let _ = writeln!(out, "ferrox_refusals_total{{type=\"{ty}\"}} {n}");
+    }
+    let f = &s.finished;
+    let _ = writeln!(
+        out,
+        "# HELP ferrox_requests_finished_total Generations finished, by reason.\n\
+         # TYPE ferrox_requests_finished_total counter"
+    );
+    for (reason, n) in [
+        ("stop", f.stop),
+        ("length", f.length),
+        ("cancelled", f.cancelled),
+        ("error", f.error),
+    ] {
+        let _ = writeln!(out, "ferrox_requests_finished_total{{reason=\"{reason}\"}} {n}");
+    }
+    counter(out, "ferrox_requests_admitted_total", "Requests admitted into the batch.", s.requests_admitted);
+    counter(out, "ferrox_tokens_prefilled_total", "Prompt tokens computed by the scheduler.", s.tokens_prefilled);
+    counter(out, "ferrox_tokens_decoded_total", "Tokens decoded by the scheduler.", s.tokens_decoded);
+    counter(out, "ferrox_steps_total", "Forward passes run.", s.steps);
+    counter(out, "ferrox_worker_restarts_total", "Panics the scheduler worker recovered from.", s.worker_restarts);
+}
+
+/// Middleware: counts every response by matched route and status.
+pub async fn track_requests(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(req).await;
+    metrics.count_request(&route, response.status().as_u16());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.ttft.observe(Duration::from_millis(20));
+        m.ttft.observe(Duration::from_millis(700));
+        m.ttft.observe(Duration::from_secs(100));
+        m.count_request("/v1/completions", 200);
+        let text = m.render(Some(&SchedulerStatus::default()));
+        assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+        assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"1\"} 2\n"));
+        assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("ferrox_time_to_first_token_seconds_sum 100.72\n"));
+        assert!(text.contains("ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1\n"));
+        assert!(text.contains("ferrox_refusals_total{type=\"queue_full\"} 0\n"));
+    }
+}

@@ -1,0 +1,199 @@
+//! A request body as named parameters: [`JsonBody`] reads it (size limit, JSON syntax) and
+//! [`Fields`] hands out one parameter at a time, typed, so that every mistake names the
+//! parameter at fault.
+//!
+//! Why not `#[serde(deny_unknown_fields)]` on one big struct: serde's messages for a wrong
+//! type do not say which field (without an extra crate), an unknown field's message lists
+//! every expected name, and it cannot tell "not implemented here" (`tools`: a real OpenAI
+//! parameter) from "no such parameter" (a typo). Taking fields one by one from the JSON map
+//! gives each case its own error, and [`Fields::finish`] refuses whatever was not taken, so
+//! nothing a client sends is silently ignored.
+//!
+//! A `null` value means "not given" for every parameter we know, as the OpenAI API treats it
+//! (some SDKs send explicit nulls). An unknown name is refused even with a `null` value.
+
+use axum::async_trait;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
+/// instead of axum's plain-text rejections. The size limit is axum's `DefaultBodyLimit`.
+pub struct JsonBody(pub Value);
+
+#[async_trait]
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let limit_bytes = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(DEFAULT_MAX_BODY_BYTES, |l| l.0);
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit_bytes }
+            } else {
+                ApiError::MalformedJson {
+                    message: rejection.body_text(),
+                }
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::MalformedJson {
+                message: e.to_string(),
+            })
+    }
+}
+
+/// The default request body limit: 2 MiB holds a full 32k-token context as text or as a
+/// token-id list several times over.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 2 << 20;
+
+/// The configured body limit, put in request extensions by the router so that the 413
+/// message can state it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// The parameters of one JSON object, taken one at a time.
+pub struct Fields {
+    map: Map<String, Value>,
+    /// Prepended to names in errors (`messages[2].`), empty at the top level.
+    prefix: String,
+}
+
+impl Fields {
+    /// The top-level object of a body.
+    pub fn from_body(body: Value) -> Result<Fields, ApiError> {
+        match body {
+            Value::Object(map) => Ok(Fields {
+                map,
+                prefix: String::new(),
+            }),
+            other => Err(ApiError::MalformedJson {
+                message: format!("expected a JSON object, got {}", kind(&other)),
+            }),
+        }
+    }
+
+    /// A nested object, named `path` in errors (e.g. `messages[0]`).
+    pub fn nested(value: Value, path: &str) -> Result<Fields, ApiError> {
+        match value {
+            Value::Object(map) => Ok(Fields {
+                map,
+                prefix: format!("{path}."),
+            }),
+            other => Err(ApiError::invalid(
+                path,
+                format!("expected an object, got {}", kind(&other)),
+            )),
+        }
+    }
+
+    /// The full name of parameter `name` for errors.
+    pub fn path(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Parameter `name` as a `T`; `None` if absent or `null`. A value of the wrong type is
+    /// refused, naming the parameter.
+    pub fn take<T: DeserializeOwned>(&mut self, name: &str) -> Result<Option<T>, ApiError> {
+        match self.take_raw(name) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v)
+                .map(Some)
+                .map_err(|e| ApiError::invalid(self.path(name), e.to_string())),
+        }
+    }
+
+    /// Parameter `name` as raw JSON; `None` if absent or `null`.
+    pub fn take_raw(&mut self, name: &str) -> Option<Value> {
+        self.map.remove(name).filter(|v| !v.is_null())
+    }
+
+    /// Parameter `name`, which must be present and not `null`.
+    pub fn require<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, ApiError> {
+        self.take(name)?.ok_or_else(|| ApiError::MissingParameter {
+            param: self.path(name),
+        })
+    }
+
+    /// Refuses the first of `names` that is present with a non-null value: parameters of the
+    /// API that this server does not implement.
+    pub fn refuse_unsupported(&mut self, names: &[&str]) -> Result<(), ApiError> {
+        for name in names {
+            if self.take_raw(name).is_some() {
+                return Err(ApiError::UnsupportedParameter {
+                    param: self.path(name),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses any parameter that was not taken. Names are checked in sorted order, so the
+    /// error is the same whatever order the client wrote them in.
+    pub fn finish(self) -> Result<(), ApiError> {
+        let mut left: Vec<&String> = self.map.keys().collect();
+        left.sort();
+        match left.first() {
+            None => Ok(()),
+            Some(name) => Err(ApiError::UnknownParameter {
+                param: format!("{}{name}", self.prefix),
+            }),
+        }
+    }
+}
+
+/// "a string", "an array", ... for messages about wrong types.
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_mistake_names_its_parameter() {
+        let mut f = Fields::from_body(json!({
+            "temperature": "hot", "tools": [], "response_format": null, "tempreture": 1,
+        }))
+        .unwrap();
+        let e = f.take::<f32>("temperature").unwrap_err();
+        assert_eq!(e.param(), Some("temperature"));
+        assert_eq!(
+            f.refuse_unsupported(&["response_format", "tools"]),
+            Err(ApiError::UnsupportedParameter {
+                param: "tools".into()
+            }),
+            "null means not given; an empty list is still given"
+        );
+        assert_eq!(
+            f.finish(),
+            Err(ApiError::UnknownParameter {
+                param: "tempreture".into()
+            })
+        );
+    }
+
+    #[test]
+    fn nested_names_carry_their_path() {
+        let mut f = Fields::nested(json!({"role": 3}), "messages[1]").unwrap();
+        assert_eq!(f.take::<String>("role").unwrap_err().param(), Some("messages[1].role"));
+        assert!(Fields::from_body(json!([1])).is_err());
+    }
+}

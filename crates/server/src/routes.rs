@@ -1,0 +1,132 @@
+//! The router: every route, the fallbacks for unknown routes and methods, and the layers
+//! every request passes through.
+//!
+//! [`app`] is the whole server as a `Router`, so tests can drive it in-process with
+//! `oneshot` or bind it to a loopback port. Layers, outermost first:
+//! 1. request counting by matched route and status (`metrics.rs`), which so sees errors,
+//!    404s and panics too;
+//! 2. the body-limit extension (`params::BodyLimit`) and axum's `DefaultBodyLimit`, so that
+//!    `JsonBody` answers 413 naming the limit;
+//! 3. panic catching: a panicking handler is a 500 for its request only (the connection and
+//!    the server carry on; the scheduler worker has its own recovery).
+//!
+//! The small read-only routes (`/health`, `/v1/models`, `/metrics`) live here; each protocol
+//! has its own module.
+
+use std::any::Any;
+
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{header, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Extension, Json, Router};
+use serde_json::{json, Value};
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::error::ApiError;
+use crate::metrics::track_requests;
+use crate::openai;
+use crate::params::BodyLimit;
+use crate::state::{AppState, Generator, Ready};
+use crate::tokenize;
+
+/// The whole server.
+pub fn app(state: AppState) -> Router {
+    let routes = Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/models/:id", get(model))
+        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(openai::chat::handle))
+        .route("/v1/completions", post(openai::completions::handle))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize));
+    with_layers(routes, state)
+}
+
+/// The layers of [`app`] around any routes (tests add routes of their own, e.g. one that
+/// panics, and get the same treatment).
+pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    routes
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(Extension(BodyLimit(limit)))
+        .layer(middleware::from_fn_with_state(
+            state.metrics.clone(),
+            track_requests,
+        ))
+        .with_state(state)
+}
+
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let detail = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    tracing::error!("a request handler panicked: {detail}");
+    ApiError::Internal {
+        message: "the request handler panicked".into(),
+    }
+    .into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+}
+
+/// 200 when the model is loaded and the scheduler runs; 503 while loading or if the
+/// scheduler's worker is gone.
+async fn health(Ready(g): Ready) -> Result<Json<Value>, ApiError> {
+    if !g.scheduler.status().healthy {
+        return Err(ApiError::WorkerGone);
+    }
+    Ok(Json(json!({"status": "ok"})))
+}
+
+fn model_object(g: &Generator) -> Value {
+    json!({
+        "id": g.model_id,
+        "object": "model",
+        "created": g.created,
+        "owned_by": "ferrox",
+        "meta": {
+            "arch": g.model.config().arch.name(),
+            "n_vocab": g.model.vocab_size(),
+            "n_ctx_train": g.model.max_context(),
+            "n_ctx": g.context_tokens,
+        },
+    })
+}
+
+async fn models(Ready(g): Ready) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_object(&g)]}))
+}
+
+async fn model(Ready(g): Ready, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    g.check_model(Some(&id))?;
+    Ok(Json(model_object(&g)))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let status = state.generator().ok().map(|g| g.scheduler.status());
+    let text = state.metrics.render(status.as_ref());
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,180 @@
+//! What a request is served with: [`Generator`], the one struct that carries everything a
+//! generation needs, and [`AppState`], which holds it once the model has loaded.
+//!
+//! The [`Ready`] extractor is how a route gets the generator: it answers 503 while the model
+//! loads (so does `/health`), and otherwise hands the route an `Arc<Generator>` that the
+//! request keeps until it ends. The `Arc` is the pin: a request finishes on the model,
+//! template and scheduler it started with, whatever happens to the state meanwhile (today the
+//! state is set once, but nothing in a route depends on that).
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::async_trait;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use ferrox_engine::template::ChatTemplate;
+use ferrox_engine::Model;
+use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::params::DEFAULT_MAX_BODY_BYTES;
+
+/// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
+/// binary from flags and environment, by tests directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The model id clients name and `/v1/models` lists; `None`: the GGUF file's stem.
+    pub model_id: Option<String>,
+    /// Largest request body; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// `max_tokens` when a request gives none, capped by the context left after the prompt.
+    /// KV blocks for `prompt + max_tokens` are leased at admission, so a default of "the
+    /// whole context" would let one chat hold a 32k-token lease; 2048 leaves room for 16
+    /// concurrent requests in the default 1 GiB KV budget of the default model.
+    pub default_max_tokens: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            model_id: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            default_max_tokens: 2048,
+        }
+    }
+}
+
+/// Everything a generation needs, built once when the model has loaded. Every generating
+/// route takes it (through [`Ready`]), and `generate.rs` is the one path that uses it.
+pub struct Generator {
+    /// The model: its tokenizer renders prompts and logprob pieces, and the scheduler's
+    /// worker runs its forward pass.
+    pub model: Arc<Model>,
+    /// The chat format: the GGUF's template, or the architecture's builtin one.
+    pub template: ChatTemplate,
+    /// End-of-turn tokens of the chat format that are single control tokens (`<end_of_turn>`
+    /// for Gemma); chat generations stop on them. The format's other end-of-turn texts are
+    /// in `chat_stop_strings`.
+    pub chat_stop_ids: Vec<u32>,
+    pub chat_stop_strings: Vec<String>,
+    pub scheduler: SchedulerHandle,
+    /// The id clients name and `/v1/models` lists.
+    pub model_id: String,
+    /// Longest `prompt + max_tokens` the scheduler admits (its `Limits`).
+    pub context_tokens: usize,
+    pub default_max_tokens: usize,
+    pub metrics: Arc<Metrics>,
+    /// Unix seconds when the model was loaded (`created` in `/v1/models`).
+    pub created: u64,
+}
+
+impl Generator {
+    /// Starts the scheduler on `model` and reads its chat template. `model_path` names the
+    /// model when the config gives no id.
+    pub fn start(
+        model: Arc<Model>,
+        model_path: &Path,
+        scheduler: SchedulerConfig,
+        config: &ServerConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Generator, String> {
+        let tokenizer = model.tokenizer();
+        let template = ChatTemplate::from_gguf(model.file(), model.config().arch.name(), tokenizer)
+            .map_err(|e| format!("chat template: {e}"))?;
+        let (mut chat_stop_ids, mut chat_stop_strings) = (Vec::new(), Vec::new());
+        for s in template.stop_strings() {
+            match tokenizer.token_id(s).filter(|&id| tokenizer.is_control(id)) {
+                Some(id) => chat_stop_ids.push(id),
+                None => chat_stop_strings.push(s.clone()),
+            }
+        }
+        let scheduler = Scheduler::start(Arc::clone(&model), scheduler)
+            .map_err(|e| format!("scheduler: {e}"))?;
+        let context_tokens = scheduler.limits().max_context_tokens;
+        let model_id = config.model_id.clone().unwrap_or_else(|| {
+            model_path
+                .file_stem()
+                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+        });
+        Ok(Generator {
+            model,
+            template,
+            chat_stop_ids,
+            chat_stop_strings,
+            scheduler,
+            model_id,
+            context_tokens,
+            default_max_tokens: config.default_max_tokens.max(1),
+            metrics,
+            created: unix_now(),
+        })
+    }
+
+    /// The text and bytes of token `id` for logprobs (control tokens as their text).
+    pub fn token_piece(&self, id: u32) -> (String, Vec<u8>) {
+        let bytes = self.model.tokenizer().token_bytes_special(id).to_vec();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    /// Refuses a request that names another model (a request that names none is served).
+    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        match requested {
+            Some(m) if m != self.model_id => Err(ApiError::ModelNotFound {
+                model: m.to_string(),
+                served: self.model_id.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The router's state: the generator once loaded, the metrics (which exist from the start,
+/// so requests during loading are counted) and the config.
+#[derive(Clone)]
+pub struct AppState {
+    generator: Arc<OnceLock<Arc<Generator>>>,
+    pub metrics: Arc<Metrics>,
+    pub config: Arc<ServerConfig>,
+}
+
+impl AppState {
+    /// A state whose model is still loading: generating routes and `/health` answer 503.
+    pub fn loading(config: ServerConfig) -> AppState {
+        AppState {
+            generator: Arc::new(OnceLock::new()),
+            metrics: Arc::new(Metrics::default()),
+            config: Arc::new(config),
+        }
+    }
+
+    /// Makes the server ready. A second call is ignored (the first generator stays).
+    pub fn set_ready(&self, generator: Generator) {
+        let _ = self.generator.set(Arc::new(generator));
+    }
+
+    /// The generator, or 503 while loading.
+    pub fn generator(&self) -> Result<Arc<Generator>, ApiError> {
+        self.generator.get().cloned().ok_or(ApiError::Loading)
+    }
+}
+
+/// Extracts the generator, pinned for the request; 503 while the model loads.
+pub struct Ready(pub Arc<Generator>);
+
+#[async_trait]
+impl FromRequestParts<AppState> for Ready {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state.generator().map(Ready)
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

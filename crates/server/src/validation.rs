@@ -1,0 +1,501 @@
+//! OpenAI request bodies to validated requests, parsed once: [`parse_chat`] and
+//! [`parse_completion`] read every parameter (and refuse every other one) into a
+//! [`ChatRequest`] / [`CompletionRequest`], whose shared part, [`GenerationOptions`], is what
+//! both protocols ask of a generation besides the prompt. Nothing after this module looks at
+//! the JSON again.
+//!
+//! What is checked here: types, ranges the API itself defines (`n`, `top_logprobs`,
+//! `logit_bias` values, `max_tokens` being a sane number), and combinations
+//! (`stream_options` without `stream`, `top_logprobs` without `logprobs`). What is checked
+//! later, by the one owner of each rule: sampling ranges (`SamplingParams::validate`, through
+//! the scheduler's refusal), the context and KV ceilings (the scheduler's `Limits`), the
+//! model name (the served model) and token ids (the vocabulary).
+
+use ferrox_engine::sampler::SamplingParams;
+use ferrox_engine::template::ChatMessage;
+use serde_json::{Number, Value};
+
+use crate::error::ApiError;
+use crate::params::{kind, Fields};
+
+/// Most choices one request may ask for (`n`); each is a sequence in the batch.
+pub const MAX_N: usize = 16;
+/// Most alternatives reported per token (`top_logprobs`, completions' `logprobs`).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+/// Most stop strings per request.
+pub const MAX_STOP: usize = 16;
+/// `max_tokens` above this is refused as absurd before any context arithmetic: no model we
+/// load has a context near it, and it keeps sums far from overflow.
+pub const MAX_TOKENS_LIMIT: i64 = 1 << 24;
+
+/// OpenAI chat parameters this server does not implement: refused, never ignored.
+const CHAT_UNSUPPORTED: &[&str] = &[
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "response_format",
+    "audio",
+    "modalities",
+    "prediction",
+    "reasoning_effort",
+    "web_search_options",
+    "store",
+    "metadata",
+    "service_tier",
+];
+
+/// OpenAI completions parameters this server does not implement.
+const COMPLETION_UNSUPPORTED: &[&str] = &["suffix"];
+
+/// What both protocols ask of a generation, besides the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationOptions {
+    /// The model the client named, if any; checked against the served one later.
+    pub model: Option<String>,
+    /// `None`: the server's default, capped by the context left after the prompt.
+    pub max_tokens: Option<usize>,
+    /// Everything but the seed, which is per choice.
+    pub sampling: SamplingParams,
+    /// `None`: a random seed per request.
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    /// `Some(k)`: report each token's logprob and its `k` best alternatives.
+    pub logprobs: Option<usize>,
+    /// Choices, each generated as its own sequence from the same prompt.
+    pub n: usize,
+    pub stream: bool,
+    /// Streaming only: send a last chunk with the usage.
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub options: GenerationOptions,
+}
+
+/// A completions prompt: text (tokenized with the model's BOS) or token ids (used as given).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletionRequest {
+    pub prompt: Prompt,
+    pub options: GenerationOptions,
+}
+
+/// A `/v1/chat/completions` body.
+pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
+    let mut f = Fields::from_body(body)?;
+    f.refuse_unsupported(CHAT_UNSUPPORTED)?;
+    let messages = parse_messages(f.take_raw("messages"))?;
+    let mut options = parse_options(&mut f)?;
+    if let Some(m) = max_tokens(&mut f, "max_completion_tokens")? {
+        if options.max_tokens.is_some_and(|t| t != m) {
+            return Err(ApiError::invalid(
+                "max_tokens",
+                "max_tokens and max_completion_tokens disagree; send one",
+            ));
+        }
+        options.max_tokens = Some(m);
+    }
+    let logprobs: bool = f.take("logprobs")?.unwrap_or(false);
+    let top: Option<usize> = f.take("top_logprobs")?;
+    if let Some(top) = top {
+        if !logprobs {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "top_logprobs requires logprobs: true",
+            ));
+        }
+        check_top_logprobs("top_logprobs", top)?;
+    }
+    options.logprobs = logprobs.then_some(top.unwrap_or(0));
+    f.finish()?;
+    Ok(ChatRequest { messages, options })
+}
+
+/// A `/v1/completions` body.
+pub fn parse_completion(body: Value) -> Result<CompletionRequest, ApiError> {
+    let mut f = Fields::from_body(body)?;
+    f.refuse_unsupported(COMPLETION_UNSUPPORTED)?;
+    let prompt = parse_prompt(f.take_raw("prompt"))?;
+    let mut options = parse_options(&mut f)?;
+    if let Some(top) = f.take::<usize>("logprobs")? {
+        check_top_logprobs("logprobs", top)?;
+        options.logprobs = Some(top);
+    }
+    if f.take::<bool>("echo")? == Some(true) {
+        return Err(ApiError::UnsupportedParameter {
+            param: "echo".into(),
+        });
+    }
+    if let Some(best_of) = f.take::<usize>("best_of")? {
+        if best_of != options.n {
+            return Err(ApiError::UnsupportedParameter {
+                param: "best_of".into(),
+            });
+        }
+    }
+    f.finish()?;
+    Ok(CompletionRequest { prompt, options })
+}
+
+/// The parameters chat and completions share.
+fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
+    let model = f.take::<String>("model")?;
+    let max_tokens = max_tokens(f, "max_tokens")?;
+    let defaults = SamplingParams::default();
+    let sampling = SamplingParams {
+        temperature: f.take("temperature")?.unwrap_or(defaults.temperature),
+        top_p: f.take("top_p")?.unwrap_or(defaults.top_p),
+        top_k: top_k(f)?,
+        min_p: f.take("min_p")?.unwrap_or(defaults.min_p),
+        presence_penalty: f.take("presence_penalty")?.unwrap_or(0.0),
+        frequency_penalty: f.take("frequency_penalty")?.unwrap_or(0.0),
+        repetition_penalty: f.take("repetition_penalty")?.unwrap_or(1.0),
+        logit_bias: logit_bias(f)?,
+        ..defaults
+    };
+    let seed = f.take::<Number>("seed")?.map(|n| seed(&n)).transpose()?;
+    let stop = stop(f.take_raw("stop"))?;
+    let ignore_eos = f.take("ignore_eos")?.unwrap_or(false);
+    let n: usize = f.take("n")?.unwrap_or(1);
+    if n == 0 || n > MAX_N {
+        return Err(ApiError::invalid("n", format!("must be in 1..={MAX_N}, got {n}")));
+    }
+    let stream = f.take("stream")?.unwrap_or(false);
+    let include_usage = match f.take_raw("stream_options") {
+        None => false,
+        Some(_) if !stream => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "stream_options is only allowed with stream: true",
+            ))
+        }
+        Some(v) => {
+            let mut so = Fields::nested(v, "stream_options")?;
+            let include = so.take("include_usage")?.unwrap_or(false);
+            so.finish()?;
+            include
+        }
+    };
+    // Accepted for compatibility; it only labels the request in logs.
+    if let Some(user) = f.take::<String>("user")? {
+        tracing::debug!(user, "request user");
+    }
+    Ok(GenerationOptions {
+        model,
+        max_tokens,
+        sampling,
+        seed,
+        stop,
+        ignore_eos,
+        logprobs: None,
+        n,
+        stream,
+        include_usage,
+    })
+}
+
+fn max_tokens(f: &mut Fields, name: &str) -> Result<Option<usize>, ApiError> {
+    match f.take::<i64>(name)? {
+        None => Ok(None),
+        Some(t) if t < 1 => Err(ApiError::invalid(name, format!("must be at least 1, got {t}"))),
+        Some(t) if t > MAX_TOKENS_LIMIT => Err(ApiError::invalid(
+            name,
+            format!("{t} is absurd; the limit is {MAX_TOKENS_LIMIT} (and the model's context)"),
+        )),
+        Some(t) => Ok(Some(t as usize)),
+    }
+}
+
+/// `0` and `-1` (vLLM's spelling) both turn the filter off.
+fn top_k(f: &mut Fields) -> Result<usize, ApiError> {
+    match f.take::<i64>("top_k")? {
+        None | Some(-1) | Some(0) => Ok(0),
+        Some(k) if k < 0 => Err(ApiError::invalid("top_k", format!("must be >= 0 or -1, got {k}"))),
+        Some(k) => Ok(k as usize),
+    }
+}
+
+/// OpenAI's `{"token id as a string": bias}`, each bias in [-100, 100].
+fn logit_bias(f: &mut Fields) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(map) = f.take::<serde_json::Map<String, Value>>("logit_bias")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let token: u32 = key.trim().parse().map_err(|_| {
+            ApiError::invalid("logit_bias", format!("key {key:?} is not a token id"))
+        })?;
+        let bias = value
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("the bias for token {token} must be a number in [-100, 100], got {value}"),
+                )
+            })?;
+        out.push((token, bias as f32));
+    }
+    out.sort_by_key(|&(t, _)| t);
+    Ok(out)
+}
+
+/// Any JSON integer: negative seeds are taken as their two's-complement bits.
+fn seed(n: &Number) -> Result<u64, ApiError> {
+    n.as_u64()
+        .or_else(|| n.as_i64().map(|i| i as u64))
+        .ok_or_else(|| ApiError::invalid("seed", format!("must be an integer, got {n}")))
+}
+
+fn stop(value: Option<Value>) -> Result<Vec<String>, ApiError> {
+    let stops = match value {
+        None => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s],
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s),
+                other => Err(ApiError::invalid(
+                    format!("stop[{i}]"),
+                    format!("expected a string, got {}", kind(&other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stop",
+                format!("expected a string or an array of strings, got {}", kind(&other)),
+            ))
+        }
+    };
+    if stops.len() > MAX_STOP {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("at most {MAX_STOP} stop strings, got {}", stops.len()),
+        ));
+    }
+    Ok(stops)
+}
+
+fn check_top_logprobs(name: &str, top: usize) -> Result<(), ApiError> {
+    if top > MAX_TOP_LOGPROBS {
+        return Err(ApiError::invalid(
+            name,
+            format!("must be in 0..={MAX_TOP_LOGPROBS}, got {top}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A string, or a list of token ids. Batches (a list of strings or of lists) are refused:
+/// send one prompt per request, or use `n` for several choices of one prompt.
+fn parse_prompt(value: Option<Value>) -> Result<Prompt, ApiError> {
+    match value {
+        None => Err(ApiError::MissingParameter {
+            param: "prompt".into(),
+        }),
+        Some(Value::String(s)) => Ok(Prompt::Text(s)),
+        Some(Value::Array(items)) => {
+            let mut ids = Vec::with_capacity(items.len());
+            for (i, v) in items.iter().enumerate() {
+                match v.as_u64().and_then(|t| u32::try_from(t).ok()) {
+                    Some(t) => ids.push(t),
+                    None if v.is_string() || v.is_array() => {
+                        return Err(ApiError::invalid(
+                            "prompt",
+                            "batched prompts are not supported: send one prompt per request",
+                        ))
+                    }
+                    None => {
+                        return Err(ApiError::invalid(
+                            format!("prompt[{i}]"),
+                            format!("expected a token id, got {v}"),
+                        ))
+                    }
+                }
+            }
+            Ok(Prompt::Tokens(ids))
+        }
+        Some(other) => Err(ApiError::invalid(
+            "prompt",
+            format!("expected a string or an array of token ids, got {}", kind(&other)),
+        )),
+    }
+}
+
+fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
+    let items = match value {
+        None => {
+            return Err(ApiError::MissingParameter {
+                param: "messages".into(),
+            })
+        }
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("expected an array, got {}", kind(&other)),
+            ))
+        }
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid("messages", "must hold at least one message"));
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| parse_message(v, &format!("messages[{i}]")))
+        .collect()
+}
+
+/// One message: `role` (system, developer, user, assistant) and `content` (a string, or a
+/// list of `{"type": "text", "text"}` parts, joined with newlines).
+fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
+    let mut m = Fields::nested(value, path)?;
+    m.refuse_unsupported(&["name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio"])?;
+    let role: String = m.require("role")?;
+    let role = match role.as_str() {
+        "system" | "developer" => "system",
+        "user" => "user",
+        "assistant" => "assistant",
+        other => {
+            return Err(ApiError::invalid(
+                m.path("role"),
+                format!("role {other:?} is not supported (system, developer, user, assistant)"),
+            ))
+        }
+    };
+    let content_path = m.path("content");
+    let content = match m.take_raw("content") {
+        None => return Err(ApiError::MissingParameter { param: content_path }),
+        Some(Value::String(s)) => s,
+        Some(Value::Array(parts)) => {
+            let texts = parts
+                .into_iter()
+                .enumerate()
+                .map(|(j, part)| text_part(part, &format!("{content_path}[{j}]")))
+                .collect::<Result<Vec<_>, _>>()?;
+            texts.join("\n")
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                content_path,
+                format!("expected a string or an array of content parts, got {}", kind(&other)),
+            ))
+        }
+    };
+    m.finish()?;
+    Ok(ChatMessage::new(role, content))
+}
+
+fn text_part(part: Value, path: &str) -> Result<String, ApiError> {
+    let mut p = Fields::nested(part, path)?;
+    let ty: String = p.require("type")?;
+    if ty != "text" {
+        return Err(ApiError::invalid(
+            p.path("type"),
+            format!("content parts of type {ty:?} are not supported; only \"text\""),
+        ));
+    }
+    let text: String = p.require("text")?;
+    p.finish()?;
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat(extra: Value) -> Result<ChatRequest, ApiError> {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        parse_chat(body)
+    }
+
+    #[test]
+    fn every_listed_parameter_is_accepted_including_nulls() {
+        let r = chat(json!({
+            "max_tokens": 5, "max_completion_tokens": 5, "temperature": 0.5, "top_p": 0.9,
+            "top_k": 40, "min_p": 0.05, "presence_penalty": 0.1, "frequency_penalty": 0.2,
+            "repetition_penalty": 1.1, "seed": -1, "stop": ["a", "b"], "logit_bias": {"7": -100},
+            "logprobs": true, "top_logprobs": 3, "n": 2, "stream": true,
+            "stream_options": {"include_usage": true}, "user": "u", "ignore_eos": false,
+            "tools": null, "response_format": null,
+        }))
+        .unwrap();
+        let o = &r.options;
+        assert_eq!(o.max_tokens, Some(5));
+        assert_eq!(o.seed, Some(u64::MAX));
+        assert_eq!(o.logprobs, Some(3));
+        assert_eq!(o.sampling.top_k, 40);
+        assert_eq!(o.sampling.logit_bias, vec![(7, -100.0)]);
+        assert!(o.include_usage && o.stream);
+        assert_eq!((o.n, o.stop.len()), (2, 2));
+    }
+
+    #[test]
+    fn content_parts_are_joined() {
+        let r = chat(json!({"messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        ]}))
+        .unwrap();
+        assert_eq!(r.messages[0], ChatMessage::new("system", "be brief"));
+        assert_eq!(r.messages[1].content, "a\nb");
+    }
+
+    #[test]
+    fn refusals_name_the_parameter() {
+        let param = |extra: Value| chat(extra).unwrap_err().param().map(str::to_string);
+        assert_eq!(param(json!({"tools": []})).as_deref(), Some("tools"));
+        assert_eq!(param(json!({"messages": []})).as_deref(), Some("messages"));
+        assert_eq!(param(json!({"max_tokens": 0})).as_deref(), Some("max_tokens"));
+        assert_eq!(param(json!({"max_tokens": 1_000_000_000_000i64})).as_deref(), Some("max_tokens"));
+        assert_eq!(param(json!({"n": 99})).as_deref(), Some("n"));
+        assert_eq!(param(json!({"top_logprobs": 2})).as_deref(), Some("top_logprobs"));
+        assert_eq!(param(json!({"stream_options": {"include_usage": true}})).as_deref(), Some("stream_options"));
+        assert_eq!(param(json!({"stop": [1]})).as_deref(), Some("stop[0]"));
+        assert_eq!(param(json!({"logit_bias": {"x": 1}})).as_deref(), Some("logit_bias"));
+        assert_eq!(param(json!({"temperature": "hot"})).as_deref(), Some("temperature"));
+        assert_eq!(param(json!({"frobnicate": 1})).as_deref(), Some("frobnicate"));
+        assert_eq!(
+            param(json!({"messages": [{"role": "tool", "content": "x"}]})).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param(json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})).as_deref(),
+            Some("messages[0].content[0].type")
+        );
+        assert_eq!(
+            param(json!({"messages": [{"role": "user"}]})).as_deref(),
+            Some("messages[0].content")
+        );
+    }
+
+    #[test]
+    fn completion_prompts_and_logprobs() {
+        let r = parse_completion(json!({"prompt": [2, 5, 9], "logprobs": 2, "echo": false})).unwrap();
+        assert_eq!(r.prompt, Prompt::Tokens(vec![2, 5, 9]));
+        assert_eq!(r.options.logprobs, Some(2));
+        let e = parse_completion(json!({"prompt": ["a", "b"]})).unwrap_err();
+        assert_eq!(e.param(), Some("prompt"));
+        let e = parse_completion(json!({"prompt": "a", "echo": true})).unwrap_err();
+        assert_eq!(e.code(), "unsupported_parameter");
+        let e = parse_completion(json!({"max_tokens": 3})).unwrap_err();
+        assert_eq!(e.code(), "missing_required_parameter");
+    }
+}
