@@ -161,6 +161,24 @@ pub trait WeightBlock: Block {
     unsafe fn dot_avx2<const R: usize>(w: &[Self], xs: [&[Self::Act]; R]) -> [f32; R] {
         Self::dot_scalar(w, xs)
     }
+
+    /// [`WeightBlock::dot_avx2`] over consecutive weight rows of `bpr` blocks each:
+    /// `emit(i, dots of row i)`. Formats override it to keep the loop inside one
+    /// `target_feature` function (no call per row); each row's result is unchanged.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn dot_avx2_rows<const R: usize>(
+        w: &[Self],
+        bpr: usize,
+        xs: [&[Self::Act]; R],
+        emit: &mut dyn FnMut(usize, [f32; R]),
+    ) {
+        for (i, row) in w.chunks_exact(bpr).enumerate() {
+            // SAFETY: forwarded from the caller.
+            emit(i, unsafe { Self::dot_avx2(row, xs) });
+        }
+    }
 }
 
 /// `R` dot products of weight row `w` with activation rows `xs`, on `isa`.
@@ -171,6 +189,30 @@ pub fn dot_rows<W: WeightBlock, const R: usize>(isa: Isa, w: &[W], xs: [&[W::Act
         unsafe { W::dot_avx2(w, xs) }
     } else {
         W::dot_scalar(w, xs)
+    }
+}
+
+/// `R` dot products for each of the consecutive weight rows in `w` (`bpr` blocks each):
+/// calls `emit(i, dots of row i)`. Same results as [`dot_rows`] row by row.
+#[inline]
+pub fn dot_rows_multi<W: WeightBlock, const R: usize>(
+    isa: Isa,
+    w: &[W],
+    bpr: usize,
+    xs: [&[W::Act]; R],
+    emit: &mut dyn FnMut(usize, [f32; R]),
+) {
+    assert!(
+        bpr > 0 && w.len() % bpr == 0,
+        "weights must be whole rows of {bpr} blocks"
+    );
+    if isa.is_avx2() {
+        // SAFETY: an `Isa` with kind Avx2 exists only if the CPU has AVX2, FMA and F16C.
+        unsafe { W::dot_avx2_rows(w, bpr, xs, emit) }
+    } else {
+        for (i, row) in w.chunks_exact(bpr).enumerate() {
+            emit(i, W::dot_scalar(row, xs));
+        }
     }
 }
 

@@ -137,7 +137,21 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
+    /// `R` dots for each consecutive weight row of `cols` values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn dot_rows<T: FloatElem, const R: usize>(
+        a: &[T],
+        cols: usize,
+        bs: [&[f32]; R],
+        emit: &mut dyn FnMut(usize, [f32; R]),
+    ) {
+        for (i, row) in a.chunks_exact(cols).enumerate() {
+            emit(i, dot(row, bs));
+        }
+    }
+
     /// `R` dots of `a` with `bs[r]` (see the module doc for the order).
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn dot<T: FloatElem, const R: usize>(a: &[T], bs: [&[f32]; R]) -> [f32; R] {
         for b in &bs {
@@ -260,6 +274,16 @@ macro_rules! float_weight_block {
                 {
                     Self::dot_scalar(w, xs)
                 }
+            }
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn dot_avx2_rows<const R: usize>(
+                w: &[Self],
+                bpr: usize,
+                xs: [&[f32]; R],
+                emit: &mut dyn FnMut(usize, [f32; R]),
+            ) {
+                // SAFETY: the caller guarantees AVX2, FMA and F16C.
+                unsafe { avx2::dot_rows(w, bpr, xs, emit) }
             }
         }
     };

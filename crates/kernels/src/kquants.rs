@@ -229,6 +229,23 @@ pub fn unpack_scale_min_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
+/// [`unpack_scale_min_k4`] with word operations, as the AVX2 kernels use it: the 16 bytes
+/// `sc0..sc7, mn0..mn7` as four little-endian words.
+#[inline]
+pub fn unpack_scale_min_k4_words(s: &[u8; 12]) -> [u32; 4] {
+    let word = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+    let (a, b, c) = (word(0), word(4), word(8));
+    const LOW6: u32 = 0x3F3F_3F3F;
+    const LOW4: u32 = 0x0F0F_0F0F;
+    const LOW2: u32 = 0x0303_0303;
+    [
+        a & LOW6,
+        (c & LOW4) | (((a >> 6) & LOW2) << 4),
+        b & LOW6,
+        ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4),
+    ]
+}
+
 fn pack_scale_min_k4(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
     let mut s = [0u8; 12];
     for j in 0..4 {
@@ -368,6 +385,16 @@ macro_rules! k_weight_block {
                 {
                     Self::dot_scalar(w, xs)
                 }
+            }
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn dot_avx2_rows<const R: usize>(
+                w: &[Self],
+                bpr: usize,
+                xs: [&[BlockQ8K]; R],
+                emit: &mut dyn FnMut(usize, [f32; R]),
+            ) {
+                // SAFETY: the caller guarantees AVX2, FMA and F16C.
+                unsafe { crate::kquants_avx2::dot_rows(w, bpr, xs, emit) }
             }
         }
     };
@@ -691,6 +718,22 @@ mod tests {
         let sc: [u8; 8] = [0, 1, 17, 33, 63, 40, 5, 62];
         let mn: [u8; 8] = [63, 2, 0, 31, 32, 16, 48, 1];
         assert_eq!(unpack_scale_min_k4(&pack_scale_min_k4(&sc, &mn)), (sc, mn));
+    }
+
+    #[test]
+    fn q4k_scale_unpack_by_words_matches_bytes() {
+        let mut state = 12345u32;
+        for _ in 0..10_000 {
+            let s: [u8; 12] = std::array::from_fn(|_| {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (state >> 16) as u8
+            });
+            let (sc, mn) = unpack_scale_min_k4(&s);
+            let words = unpack_scale_min_k4_words(&s);
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(bytes[..8], sc);
+            assert_eq!(bytes[8..], mn);
+        }
     }
 
     #[test]

@@ -13,16 +13,53 @@
 
 use crate::block::f16_to_f32;
 use crate::kquants::{
-    k_accumulate, unpack_scale_min_k4, unpack_scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K,
-    BlockQ6K, BlockQ8K, KQuant,
+    k_accumulate, unpack_scale_min_k4_words, unpack_scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K,
+    BlockQ5K, BlockQ6K, BlockQ8K, KQuant,
 };
 use std::arch::x86_64::*;
 
 /// A K format with an AVX2 kernel.
 pub trait KAvx2: KQuant {
+    /// The kernel body; callers checked that every `xs[r]` covers `w`.
+    ///
     /// # Safety
     /// AVX2, FMA and F16C must be available.
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R];
+
+    /// [`KAvx2::dot_impl`] over consecutive rows, inside one `target_feature` function.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn rows_impl<const R: usize>(
+        w: &[Self],
+        bpr: usize,
+        xs: [&[BlockQ8K]; R],
+        emit: &mut dyn FnMut(usize, [f32; R]),
+    ) {
+        for (i, row) in w.chunks_exact(bpr).enumerate() {
+            // SAFETY: AVX2 is enabled in this function.
+            emit(i, unsafe { Self::dot_impl(row, xs) });
+        }
+    }
+}
+
+/// `R` dots for each consecutive weight row of `bpr` blocks.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[inline]
+pub unsafe fn dot_rows<B: KAvx2, const R: usize>(
+    w: &[B],
+    bpr: usize,
+    xs: [&[BlockQ8K]; R],
+    emit: &mut dyn FnMut(usize, [f32; R]),
+) {
+    for x in &xs {
+        assert!(x.len() >= bpr, "activation row too short");
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { B::rows_impl(w, bpr, xs, emit) }
 }
 
 /// `R` rows of `dot(w, xs[r])`.
@@ -38,21 +75,14 @@ pub unsafe fn dot<B: KAvx2, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f
     unsafe { B::dot_impl(w, xs) }
 }
 
+/// Horizontal sums of two i32 vectors: `(Σa, Σb)`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum_epi32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
-}
-
-#[inline]
-#[target_feature(enable = "avx2")]
-fn load32(p: &[i8]) -> __m256i {
-    assert!(p.len() >= 32);
-    // SAFETY: at least 32 readable bytes.
-    unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
+fn hsum2_epi32(a: __m256i, b: __m256i) -> (i32, i32) {
+    let h = _mm256_hadd_epi32(a, b); // a01 a23 b01 b23 | a45 a67 b45 b67
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    let s = _mm_hadd_epi32(s, s); // A B A B
+    (_mm_cvtsi128_si32(s), _mm_extract_epi32(s, 1))
 }
 
 #[inline]
@@ -70,17 +100,45 @@ fn load_bsums(x: &BlockQ8K) -> __m256i {
     unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
 
-/// i16 lanes: scale `a` for the first 16 values of a 32-value chunk, `b` for the second.
+/// i16 lanes from 16 i8 scales in `s`: `s[a]` for the first 16 values of a 32-value chunk,
+/// `s[b]` for the second (the layout `madd` after `maddubs` needs).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn scale_pair(a: i32, b: i32) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(b as i16), _mm_set1_epi16(a as i16))
+fn scale_pair(s: __m128i, a: usize, b: usize) -> __m256i {
+    let (a, b) = (a as i8, b as i8);
+    let ctrl = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctrl))
 }
 
+/// `v >> bits` in 16-bit lanes with an immediate shift (`bits` is a constant once the
+/// callers' small loops are unrolled, so the match folds away).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn shift_right(v: __m256i, bits: usize) -> __m256i {
-    _mm256_srl_epi16(v, _mm_cvtsi32_si128(bits as i32))
+    match bits {
+        0 => v,
+        1 => _mm256_srli_epi16(v, 1),
+        2 => _mm256_srli_epi16(v, 2),
+        3 => _mm256_srli_epi16(v, 3),
+        4 => _mm256_srli_epi16(v, 4),
+        5 => _mm256_srli_epi16(v, 5),
+        6 => _mm256_srli_epi16(v, 6),
+        7 => _mm256_srli_epi16(v, 7),
+        _ => _mm256_srl_epi16(v, _mm_cvtsi32_si128(bits as i32)),
+    }
+}
+
+/// Moves bit `k` (0..8) of every byte to bit 4 of the same byte, other bits left unmasked.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bit_to_4(v: __m256i, k: usize) -> __m256i {
+    match k {
+        0 => _mm256_slli_epi16(v, 4),
+        1 => _mm256_slli_epi16(v, 3),
+        2 => _mm256_slli_epi16(v, 2),
+        3 => _mm256_slli_epi16(v, 1),
+        _ => shift_right(v, k - 4),
+    }
 }
 
 /// `acc[r] += madd(maddubs(q, x_r[off..off+32]), scales)` for every row.
@@ -94,7 +152,9 @@ fn accumulate<const R: usize>(
     off: usize,
 ) {
     for r in 0..R {
-        let x = load32(&xs[r].qs[off..]);
+        let xq = &xs[r].qs[off..off + 32];
+        // SAFETY: 32 readable bytes.
+        let x = unsafe { _mm256_loadu_si256(xq.as_ptr().cast()) };
         acc[r] = _mm256_add_epi32(
             acc[r],
             _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scales),
@@ -102,31 +162,44 @@ fn accumulate<const R: usize>(
     }
 }
 
+/// Q4_K/Q5_K scales and mins as bytes `sc0..sc7, mn0..mn7`, and the mins as 16 i16 lanes
+/// (each twice: one per 16-value activation group, to `madd` with the bsums).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn scales_k4(s: &[u8; 12]) -> (__m128i, __m256i) {
+    let w = unpack_scale_min_k4_words(s);
+    let v = _mm_setr_epi32(w[0] as i32, w[1] as i32, w[2] as i32, w[3] as i32);
+    let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    (v, _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)))
+}
+
 impl KAvx2 for BlockQ4K {
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
-            let (sc, mn) = unpack_scale_min_k4(&b.scales);
-            let mins: [i16; 16] = std::array::from_fn(|g| mn[g / 2] as i16);
-            // SAFETY: 16 i16 = 32 readable bytes.
-            let mins = unsafe { _mm256_loadu_si256(mins.as_ptr().cast()) };
+            let (sc, mins) = scales_k4(&b.scales);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let mut ai = [_mm256_setzero_si256(); R];
             for j in 0..4 {
                 let q = load32u(&b.qs[32 * j..]);
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                let s = sc[2 * j] as i32;
-                accumulate(&mut ai, lo, scale_pair(s, s), &x, 64 * j);
-                let s = sc[2 * j + 1] as i32;
-                accumulate(&mut ai, hi, scale_pair(s, s), &x, 64 * j + 32);
+                accumulate(&mut ai, lo, scale_pair(sc, 2 * j, 2 * j), &x, 64 * j);
+                accumulate(
+                    &mut ai,
+                    hi,
+                    scale_pair(sc, 2 * j + 1, 2 * j + 1),
+                    &x,
+                    64 * j + 32,
+                );
             }
             let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
             for r in 0..R {
-                let summ = hsum_epi32(_mm256_madd_epi16(load_bsums(x[r]), mins));
-                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, hsum_epi32(ai[r]), summ);
+                let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
+                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
             }
         }
         acc
@@ -134,35 +207,38 @@ impl KAvx2 for BlockQ4K {
 }
 
 impl KAvx2 for BlockQ5K {
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
         let m4 = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
-            let (sc, mn) = unpack_scale_min_k4(&b.scales);
-            let mins: [i16; 16] = std::array::from_fn(|g| mn[g / 2] as i16);
-            // SAFETY: 16 i16 = 32 readable bytes.
-            let mins = unsafe { _mm256_loadu_si256(mins.as_ptr().cast()) };
+            let (sc, mins) = scales_k4(&b.scales);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let qh = load32u(&b.qh);
             let mut ai = [_mm256_setzero_si256(); R];
             for j in 0..4 {
                 let q = load32u(&b.qs[32 * j..]);
-                // Bit 2j of qh[l] is the fifth bit of value 64j + l, bit 2j+1 of 64j + 32 + l.
-                let h_lo = _mm256_and_si256(_mm256_slli_epi16(shift_right(qh, 2 * j), 4), bit4);
-                let h_hi = _mm256_and_si256(_mm256_slli_epi16(shift_right(qh, 2 * j + 1), 4), bit4);
+                // Bit 2j of qh[l] is the fifth bit of value 64j + l, bit 2j+1 of 64j + 32 + l;
+                // moved to bit 4 of the same byte.
+                let h_lo = _mm256_and_si256(bit_to_4(qh, 2 * j), bit4);
+                let h_hi = _mm256_and_si256(bit_to_4(qh, 2 * j + 1), bit4);
                 let lo = _mm256_or_si256(_mm256_and_si256(q, m4), h_lo);
                 let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h_hi);
-                let s = sc[2 * j] as i32;
-                accumulate(&mut ai, lo, scale_pair(s, s), &x, 64 * j);
-                let s = sc[2 * j + 1] as i32;
-                accumulate(&mut ai, hi, scale_pair(s, s), &x, 64 * j + 32);
+                accumulate(&mut ai, lo, scale_pair(sc, 2 * j, 2 * j), &x, 64 * j);
+                accumulate(
+                    &mut ai,
+                    hi,
+                    scale_pair(sc, 2 * j + 1, 2 * j + 1),
+                    &x,
+                    64 * j + 32,
+                );
             }
             let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
             for r in 0..R {
-                let summ = hsum_epi32(_mm256_madd_epi16(load_bsums(x[r]), mins));
-                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, hsum_epi32(ai[r]), summ);
+                let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
+                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
             }
         }
         acc
@@ -170,15 +246,16 @@ impl KAvx2 for BlockQ5K {
 }
 
 impl KAvx2 for BlockQ6K {
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(0x30);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
-            let sc = b.scales;
             // SAFETY: 16 readable bytes.
-            let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) });
+            let sc = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
+            let sc16 = _mm256_cvtepi8_epi16(sc);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {
@@ -205,15 +282,13 @@ impl KAvx2 for BlockQ6K {
                 ];
                 for (k, &qk) in q.iter().enumerate() {
                     let g = 8 * n + 2 * k;
-                    let sv = scale_pair(sc[g] as i32, sc[g + 1] as i32);
-                    accumulate(&mut ai, qk, sv, &x, 128 * n + 32 * k);
+                    accumulate(&mut ai, qk, scale_pair(sc, g, g + 1), &x, 128 * n + 32 * k);
                 }
             }
             let d = f16_to_f32(b.d);
             for r in 0..R {
-                let corr = hsum_epi32(_mm256_madd_epi16(load_bsums(x[r]), sc16));
-                let sumi = hsum_epi32(ai[r]) - 32 * corr;
-                acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, sumi, 0);
+                let (raw, corr) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), sc16));
+                acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, raw - 32 * corr, 0);
             }
         }
         acc
@@ -221,14 +296,17 @@ impl KAvx2 for BlockQ6K {
 }
 
 impl KAvx2 for BlockQ2K {
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
         let m3 = _mm256_set1_epi8(3);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
-            let mins: [i16; 16] = std::array::from_fn(|g| (b.scales[g] >> 4) as i16);
-            // SAFETY: 16 i16 = 32 readable bytes.
-            let mins = unsafe { _mm256_loadu_si256(mins.as_ptr().cast()) };
+            // SAFETY: 16 readable bytes.
+            let raw = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
+            let sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+            let mins =
+                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {
@@ -236,15 +314,13 @@ impl KAvx2 for BlockQ2K {
                 for j in 0..4 {
                     let q = _mm256_and_si256(shift_right(qb, 2 * j), m3);
                     let g = 8 * n + 2 * j;
-                    let sv =
-                        scale_pair((b.scales[g] & 0x0F) as i32, (b.scales[g + 1] & 0x0F) as i32);
-                    accumulate(&mut ai, q, sv, &x, 128 * n + 32 * j);
+                    accumulate(&mut ai, q, scale_pair(sc, g, g + 1), &x, 128 * n + 32 * j);
                 }
             }
             let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
             for r in 0..R {
-                let summ = hsum_epi32(_mm256_madd_epi16(load_bsums(x[r]), mins));
-                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, hsum_epi32(ai[r]), summ);
+                let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
+                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
             }
         }
         acc
@@ -252,15 +328,17 @@ impl KAvx2 for BlockQ2K {
 }
 
 impl KAvx2 for BlockQ3K {
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
         let m3 = _mm256_set1_epi8(3);
         let one = _mm256_set1_epi8(1);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
-            let sc = unpack_scales_q3k(&b.scales);
+            let scales = unpack_scales_q3k(&b.scales);
             // SAFETY: 16 readable bytes.
-            let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) });
+            let sc = unsafe { _mm_loadu_si128(scales.as_ptr().cast()) };
+            let sc16 = _mm256_cvtepi8_epi16(sc);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let hm = load32u(&b.hmask);
             let mut ai = [_mm256_setzero_si256(); R];
@@ -271,20 +349,13 @@ impl KAvx2 for BlockQ3K {
                     let high = _mm256_and_si256(shift_right(hm, 4 * n + j), one);
                     let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
                     let g = 8 * n + 2 * j;
-                    accumulate(
-                        &mut ai,
-                        q,
-                        scale_pair(sc[g] as i32, sc[g + 1] as i32),
-                        &x,
-                        128 * n + 32 * j,
-                    );
+                    accumulate(&mut ai, q, scale_pair(sc, g, g + 1), &x, 128 * n + 32 * j);
                 }
             }
             let d = f16_to_f32(b.d);
             for r in 0..R {
-                let corr = hsum_epi32(_mm256_madd_epi16(load_bsums(x[r]), sc16));
-                let sumi = hsum_epi32(ai[r]) - 4 * corr;
-                acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, sumi, 0);
+                let (raw, corr) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), sc16));
+                acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, raw - 4 * corr, 0);
             }
         }
         acc

@@ -6,10 +6,18 @@
 //! and the low bits in `qs`, where byte j holds value j in its low nibble and value j+16 in its
 //! high nibble.
 //!
-//! Summation order (shared by the scalar and AVX2 kernels, which are therefore bit-identical):
-//! each block's integer dot `sumi` is exact; block `b` of a row adds its term
-//! `(dw*dx)*sumi [+ mw*sx]` into lane `b % 4`; the lanes fold as `(l0+l1)+(l2+l3)`.
-//! The AVX2 kernel does four blocks at once in one 128-bit vector, so this order costs it nothing.
+//! Every format is written as value = `d*q + m` with `q` the stored quant as the kernels
+//! multiply it (unsigned 0..16 / 0..32 for the 4/5-bit formats, signed for Q8) and `m` either
+//! zero (Q8), `-8d` / `-16d` (Q4_0 / Q5_0), or stored (the `_1` formats). Then
+//! `dot = Σ_b (d_b dx_b) Σ_i q_i x_i + Σ_b m_b sx_b` with `sx = dx Σx` kept in the activations.
+//!
+//! Summation order (shared by the scalar and AVX2 kernels, which are therefore bit-identical;
+//! the scalar one emulates the vector lanes): a row keeps eight f32 lanes; block `b` adds to
+//! lane `j` the exact integer `p_j = Σ_{i=4j}^{4j+3} q_i x_i` as `lane_j = fma(d_b dx_b, p_j,
+//! lane_j)`, which is exactly what `maddubs`+`madd`+`cvt`+`fmadd` compute; the `m` terms go
+//! to four more lanes (`lane_{b%4} += m_b sx_b`); [`finish`] folds them in a fixed order.
+//! This costs the AVX2 kernel no horizontal work per block (ggml's shape) and lets the tests
+//! demand exact equality.
 
 use crate::block::{
     amax, f16_to_f32, f32_to_f16, fold4, inv_or_zero, round_clamp, signed_max, ActBlock, Block,
@@ -83,22 +91,19 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 /// the scales side by side so the AVX2 kernel loads four at once.
 ///
 /// Not a GGUF type: it is ggml's Q8_1 (scale, scaled sum, i8 values) regrouped, with f32
-/// scales instead of f16 (one rounding fewer) and the exact integer sum kept for the
-/// offset formats (Q4_0: q-8, Q5_0: q-16), which lets their kernels multiply unsigned nibbles.
-/// Quantization is symmetric (q in -127..=127, never -128: the AVX2 sign trick needs that).
+/// scales instead of f16 (one rounding fewer). Quantization is symmetric (q in -127..=127,
+/// never -128: the AVX2 sign trick for Q8 weights needs that).
 #[repr(C, align(16))]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BlockQ8x4 {
     /// Scale of each block: x ≈ d * q.
     pub d: [f32; 4],
-    /// `d * isum` of each block.
+    /// `d * Σq` of each block (what the `m` terms multiply).
     pub s: [f32; 4],
-    /// Sum of the 32 quants of each block.
-    pub isum: [i32; 4],
     /// Quants, block k in `qs[k]`.
     pub qs: [[i8; 32]; 4],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ8x4>() == 176);
+const _: () = assert!(std::mem::size_of::<BlockQ8x4>() == 160);
 
 impl ActBlock for BlockQ8x4 {
     const ELEMS: usize = 4 * QK;
@@ -121,59 +126,95 @@ impl ActBlock for BlockQ8x4 {
                     isum += *q as i32;
                 }
                 unit.d[k] = d;
-                unit.isum[k] = isum;
                 unit.s[k] = d * isum as f32;
             }
         }
     }
 }
 
+/// Where a format's additive term `m` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MTerm {
+    /// No offset (Q8): value = d*q with signed q.
+    Zero,
+    /// value = d*(q - o): m = -o*d (Q4_0: 8, Q5_0: 16).
+    Offset(i32),
+    /// value = d*q + m with m stored as f16 (the `_1` formats).
+    Stored,
+}
+
 /// What the scalar and AVX2 kernels need from a 32-value weight block.
 pub trait Legacy32: WeightBlock<Act = BlockQ8x4> {
-    /// Whether the format has an additive offset `m` (the `_1` types).
-    const HAS_MIN: bool;
-    /// Signed quant values in element order (before `d`, without `m`).
-    fn values(&self) -> [i8; 32];
+    const M: MTerm;
+    /// The quants as the kernels multiply them (unsigned unless `M == Zero`), element order.
+    fn quants(&self) -> [i8; 32];
     fn d_bits(&self) -> [u8; 2];
     fn m_bits(&self) -> [u8; 2] {
         [0, 0]
     }
-    /// Exact integer dot of the block's signed quants with 32 activation quants.
-    #[inline]
-    fn sumi(&self, x: &[i8; 32]) -> i32 {
-        let q = self.values();
-        q.iter().zip(x).map(|(&a, &b)| a as i32 * b as i32).sum()
+    /// The block's `m` given its decoded `d`.
+    #[inline(always)]
+    fn m(&self, d: f32) -> f32 {
+        match Self::M {
+            MTerm::Zero => 0.0,
+            MTerm::Offset(o) => d * -(o as f32),
+            MTerm::Stored => f16_to_f32(self.m_bits()),
+        }
     }
 }
 
-/// One block's contribution to its lane; the single definition both ISAs follow.
-#[inline(always)]
-pub fn block_term<B: Legacy32>(dw: f32, mw: f32, sumi: i32, dx: f32, sx: f32) -> f32 {
-    let t = (dw * dx) * sumi as f32;
-    if B::HAS_MIN {
-        t + mw * sx
-    } else {
-        t
-    }
-}
-
-/// Adds blocks `from..w.len()` of row `w` into `lanes`, scalar (the reference and the AVX2 tail).
+/// Adds block `b` of a row (weights `wb`, activations `x`) to the lanes; the scalar
+/// definition of the order (see the module doc). The AVX2 tail uses it as is.
 #[inline]
-pub fn add_block_terms<B: Legacy32>(w: &[B], x: &[BlockQ8x4], from: usize, lanes: &mut [f32; 4]) {
-    for (b, wb) in w.iter().enumerate().skip(from) {
-        let unit = &x[b / 4];
-        let k = b % 4;
-        let dw = f16_to_f32(wb.d_bits());
-        let mw = f16_to_f32(wb.m_bits());
-        lanes[k] += block_term::<B>(dw, mw, wb.sumi(&unit.qs[k]), unit.d[k], unit.s[k]);
+pub fn add_block_scalar<B: Legacy32>(
+    wb: &B,
+    b: usize,
+    x: &[BlockQ8x4],
+    acc: &mut [f32; 8],
+    accm: &mut [f32; 4],
+) {
+    let (u, k) = (&x[b / 4], b % 4);
+    let dw = f16_to_f32(wb.d_bits());
+    let s = dw * u.d[k];
+    let q = wb.quants();
+    for (j, lane) in acc.iter_mut().enumerate() {
+        let p: i32 = (4 * j..4 * j + 4)
+            .map(|i| q[i] as i32 * u.qs[k][i] as i32)
+            .sum();
+        *lane = s.mul_add(p as f32, *lane);
+    }
+    if B::M != MTerm::Zero {
+        accm[k] += wb.m(dw) * u.s[k];
+    }
+}
+
+/// Folds a row's lanes into its result: `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`, plus the
+/// `m` lanes as `(m0+m1)+(m2+m3)`.
+#[inline]
+pub fn finish<B: Legacy32>(acc: [f32; 8], accm: [f32; 4]) -> f32 {
+    let t = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    let r = (t[0] + t[2]) + (t[1] + t[3]);
+    if B::M != MTerm::Zero {
+        r + fold4(accm)
+    } else {
+        r
     }
 }
 
 fn dot_legacy_scalar<B: Legacy32, const R: usize>(w: &[B], xs: [&[BlockQ8x4]; R]) -> [f32; R] {
     xs.map(|x| {
-        let mut lanes = [0.0f32; 4];
-        add_block_terms(w, x, 0, &mut lanes);
-        fold4(lanes)
+        assert!(x.len() >= w.len().div_ceil(4), "activation row too short");
+        let mut acc = [0.0f32; 8];
+        let mut accm = [0.0f32; 4];
+        for (b, wb) in w.iter().enumerate() {
+            add_block_scalar(wb, b, x, &mut acc, &mut accm);
+        }
+        finish::<B>(acc, accm)
     })
 }
 
@@ -251,17 +292,17 @@ fn fit_q8(x: &[f32]) -> (f32, [i8; 32]) {
     (d, q)
 }
 
-/// Shared dequantize loop: `value(block) -> (d, m, signed-or-unsigned values as f32 source)`.
+/// Shared dequantize loop (ggml's formulas: `d*(q-o)`, `d*q + m`, `d*q`).
 fn dequant_blocks<B: Legacy32>(blocks: &[B], out: &mut [f32]) {
     assert_eq!(out.len(), blocks.len() * QK);
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let d = f16_to_f32(b.d_bits());
         let m = f16_to_f32(b.m_bits());
-        for (y, q) in y.iter_mut().zip(b.values()) {
-            *y = if B::HAS_MIN {
-                d * q as f32 + m
-            } else {
-                d * q as f32
+        for (y, q) in y.iter_mut().zip(b.quants()) {
+            *y = match B::M {
+                MTerm::Zero => d * q as f32,
+                MTerm::Offset(o) => d * (q as i32 - o) as f32,
+                MTerm::Stored => d * q as f32 + m,
             };
         }
     }
@@ -299,6 +340,16 @@ macro_rules! legacy_weight_block {
                     Self::dot_scalar(w, xs)
                 }
             }
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn dot_avx2_rows<const R: usize>(
+                w: &[Self],
+                bpr: usize,
+                xs: [&[BlockQ8x4]; R],
+                emit: &mut dyn FnMut(usize, [f32; R]),
+            ) {
+                // SAFETY: the caller guarantees AVX2, FMA and F16C.
+                unsafe { crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, emit) }
+            }
         }
     };
 }
@@ -320,10 +371,10 @@ impl BlockQ4_0 {
     }
 }
 impl Legacy32 for BlockQ4_0 {
-    const HAS_MIN: bool = false;
+    const M: MTerm = MTerm::Offset(8);
     #[inline]
-    fn values(&self) -> [i8; 32] {
-        nibbles(&self.qs).map(|v| v as i8 - 8)
+    fn quants(&self) -> [i8; 32] {
+        nibbles(&self.qs).map(|v| v as i8)
     }
     #[inline]
     fn d_bits(&self) -> [u8; 2] {
@@ -342,9 +393,9 @@ impl BlockQ4_1 {
     }
 }
 impl Legacy32 for BlockQ4_1 {
-    const HAS_MIN: bool = true;
+    const M: MTerm = MTerm::Stored;
     #[inline]
-    fn values(&self) -> [i8; 32] {
+    fn quants(&self) -> [i8; 32] {
         nibbles(&self.qs).map(|v| v as i8)
     }
     #[inline]
@@ -368,10 +419,10 @@ impl BlockQ5_0 {
     }
 }
 impl Legacy32 for BlockQ5_0 {
-    const HAS_MIN: bool = false;
+    const M: MTerm = MTerm::Offset(16);
     #[inline]
-    fn values(&self) -> [i8; 32] {
-        five_bit(&self.qs, self.qh).map(|v| v as i8 - 16)
+    fn quants(&self) -> [i8; 32] {
+        five_bit(&self.qs, self.qh).map(|v| v as i8)
     }
     #[inline]
     fn d_bits(&self) -> [u8; 2] {
@@ -391,9 +442,9 @@ impl BlockQ5_1 {
     }
 }
 impl Legacy32 for BlockQ5_1 {
-    const HAS_MIN: bool = true;
+    const M: MTerm = MTerm::Stored;
     #[inline]
-    fn values(&self) -> [i8; 32] {
+    fn quants(&self) -> [i8; 32] {
         five_bit(&self.qs, self.qh).map(|v| v as i8)
     }
     #[inline]
@@ -416,9 +467,9 @@ impl BlockQ8_0 {
     }
 }
 impl Legacy32 for BlockQ8_0 {
-    const HAS_MIN: bool = false;
+    const M: MTerm = MTerm::Zero;
     #[inline]
-    fn values(&self) -> [i8; 32] {
+    fn quants(&self) -> [i8; 32] {
         self.qs
     }
     #[inline]
@@ -439,9 +490,9 @@ impl BlockQ8_1 {
     }
 }
 impl Legacy32 for BlockQ8_1 {
-    const HAS_MIN: bool = false;
+    const M: MTerm = MTerm::Zero;
     #[inline]
-    fn values(&self) -> [i8; 32] {
+    fn quants(&self) -> [i8; 32] {
         self.qs
     }
     #[inline]
@@ -584,7 +635,8 @@ mod tests {
         for (b, x) in x.chunks(32).enumerate() {
             let u = &a[b / 4];
             let k = b % 4;
-            assert_eq!(u.isum[k], u.qs[k].iter().map(|&q| q as i32).sum::<i32>());
+            let isum: i32 = u.qs[k].iter().map(|&q| q as i32).sum();
+            assert_eq!(u.s[k], u.d[k] * isum as f32);
             for (j, &v) in x.iter().enumerate() {
                 assert!((u.d[k] * u.qs[k][j] as f32 - v).abs() <= u.d[k] * 0.5 + 1e-6);
             }

@@ -1,20 +1,18 @@
 //! AVX2 kernels for the 32-value formats; bit-identical to `legacy::dot_legacy_scalar`.
 //!
-//! Per group of four weight blocks: each block is decoded once into 32 bytes (unsigned
-//! nibbles for Q4/Q5, signed bytes for Q8), then for each of the `R` activation rows one
-//! `maddubs` + `madd` gives eight i32 partial sums per block. Two `hadd` rounds and a lane
-//! fold turn the four blocks' partials into one `[sumi0..sumi3]` vector (exact integers), and
-//! the float term of `legacy::block_term` is applied to all four lanes at once. The offset
-//! formats (Q4_0: q-8, Q5_0: q-16) multiply the unsigned quant and subtract `offset * isum`
-//! afterwards, which saves the sign instruction per row that the signed formats need.
+//! Per group of four weight blocks: the four f16 scales (and `m` terms) are converted once,
+//! each block is decoded once into 32 bytes (unsigned nibbles for Q4/Q5, signed bytes for
+//! Q8), and for each of the `R` activation rows one `maddubs` + `madd` gives the eight exact
+//! i32 lane sums of a block, which `cvt` + `fmadd` add into the row's eight f32 lanes with the
+//! block's scale `d*dx` (broadcast). No horizontal work per block; the lanes are folded once
+//! per row by `legacy::finish`. This is the order the scalar reference emulates.
 //!
 //! `maddubs` saturates at i16: unsigned quants are at most 31 and activations at most 127 in
 //! magnitude (2*31*127 fits); for Q8 weights `|w| <= 128` and `|x| <= 127` (2*128*127 fits).
 
-use crate::block::fold4;
 use crate::legacy::{
-    add_block_terms, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4,
-    Legacy32,
+    add_block_scalar, finish, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
+    BlockQ8x4, Legacy32, MTerm,
 };
 use std::arch::x86_64::*;
 
@@ -22,8 +20,6 @@ use std::arch::x86_64::*;
 pub trait LegacyAvx2: Legacy32 {
     /// Quants are signed i8 (Q8): use |w| and sign(x, w).
     const SIGNED: bool;
-    /// Subtracted from the unsigned quant (8 for Q4_0, 16 for Q5_0, else 0).
-    const OFFSET: i32;
     /// The 32 quants in element order (unsigned unless `SIGNED`).
     ///
     /// # Safety
@@ -56,7 +52,6 @@ fn high_bit_bytes(qh: [u8; 4]) -> __m256i {
 
 impl LegacyAvx2 for BlockQ4_0 {
     const SIGNED: bool = false;
-    const OFFSET: i32 = 8;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn load_q(&self) -> __m256i {
@@ -65,7 +60,6 @@ impl LegacyAvx2 for BlockQ4_0 {
 }
 impl LegacyAvx2 for BlockQ4_1 {
     const SIGNED: bool = false;
-    const OFFSET: i32 = 0;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn load_q(&self) -> __m256i {
@@ -74,7 +68,6 @@ impl LegacyAvx2 for BlockQ4_1 {
 }
 impl LegacyAvx2 for BlockQ5_0 {
     const SIGNED: bool = false;
-    const OFFSET: i32 = 16;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn load_q(&self) -> __m256i {
@@ -83,7 +76,6 @@ impl LegacyAvx2 for BlockQ5_0 {
 }
 impl LegacyAvx2 for BlockQ5_1 {
     const SIGNED: bool = false;
-    const OFFSET: i32 = 0;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn load_q(&self) -> __m256i {
@@ -92,7 +84,6 @@ impl LegacyAvx2 for BlockQ5_1 {
 }
 impl LegacyAvx2 for BlockQ8_0 {
     const SIGNED: bool = true;
-    const OFFSET: i32 = 0;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn load_q(&self) -> __m256i {
@@ -102,7 +93,6 @@ impl LegacyAvx2 for BlockQ8_0 {
 }
 impl LegacyAvx2 for BlockQ8_1 {
     const SIGNED: bool = true;
-    const OFFSET: i32 = 0;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn load_q(&self) -> __m256i {
@@ -128,10 +118,10 @@ fn f16x4(bits: [[u8; 2]; 4]) -> __m128 {
     _mm_cvtph_ps(v)
 }
 
-/// Partial i32 dot (8 lanes) of one decoded block with one activation block.
+/// The eight exact i32 lane sums of one decoded block with one activation block, as f32.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn partial<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256i {
+fn lanes<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256 {
     // SAFETY: 32 readable bytes.
     let xv = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
     let xv = if B::SIGNED {
@@ -139,7 +129,10 @@ fn partial<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256i {
     } else {
         xv
     };
-    _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), _mm256_set1_epi16(1))
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(
+        _mm256_maddubs_epi16(wa, xv),
+        _mm256_set1_epi16(1),
+    ))
 }
 
 /// `R` rows of `dot(w, xs[r])`, bit-identical to the scalar reference.
@@ -151,72 +144,135 @@ pub unsafe fn dot_legacy<B: LegacyAvx2, const R: usize>(
     w: &[B],
     xs: [&[BlockQ8x4]; R],
 ) -> [f32; R] {
-    let groups = w.len() / 4;
     for x in &xs {
         assert!(x.len() >= w.len().div_ceil(4), "activation row too short");
     }
-    let mut acc = [_mm_setzero_ps(); R];
-    for (g, wg) in w.chunks_exact(4).enumerate() {
-        let dw = f16x4([
-            wg[0].d_bits(),
-            wg[1].d_bits(),
-            wg[2].d_bits(),
-            wg[3].d_bits(),
-        ]);
-        let mw = if B::HAS_MIN {
-            f16x4([
-                wg[0].m_bits(),
-                wg[1].m_bits(),
-                wg[2].m_bits(),
-                wg[3].m_bits(),
-            ])
-        } else {
-            _mm_setzero_ps()
-        };
-        // SAFETY: AVX2 is enabled in this function.
-        let q0 = unsafe { wg[0].load_q() };
-        let q1 = unsafe { wg[1].load_q() };
-        let a0 = if B::SIGNED { _mm256_abs_epi8(q0) } else { q0 };
-        let a1 = if B::SIGNED { _mm256_abs_epi8(q1) } else { q1 };
-        let mut h01 = [_mm256_setzero_si256(); R];
-        for r in 0..R {
-            let u = &xs[r][g];
-            let p0 = partial::<B>(q0, a0, &u.qs[0]);
-            let p1 = partial::<B>(q1, a1, &u.qs[1]);
-            h01[r] = _mm256_hadd_epi32(p0, p1);
+    dot_tile::<B, 1, R>([w], xs)[0]
+}
+
+/// [`dot_legacy`] for consecutive weight rows of `bpr` blocks, `emit(i, dots of row i)`.
+/// With few activation rows, several weight rows go through the kernel together so that
+/// their independent FMA chains overlap (one row alone waits on FMA latency); each row's
+/// operations are unchanged.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_legacy_rows<B: LegacyAvx2, const R: usize>(
+    w: &[B],
+    bpr: usize,
+    xs: [&[BlockQ8x4]; R],
+    emit: &mut dyn FnMut(usize, [f32; R]),
+) {
+    for x in &xs {
+        assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
+    }
+    let n_rows = w.len() / bpr;
+    let row = |k: usize| &w[k * bpr..(k + 1) * bpr];
+    let mut k = 0;
+    if R == 1 {
+        while k + 4 <= n_rows {
+            let res = dot_tile::<B, 4, R>([row(k), row(k + 1), row(k + 2), row(k + 3)], xs);
+            for (j, v) in res.into_iter().enumerate() {
+                emit(k + j, v);
+            }
+            k += 4;
         }
-        // SAFETY: AVX2 is enabled in this function.
-        let q2 = unsafe { wg[2].load_q() };
-        let q3 = unsafe { wg[3].load_q() };
-        let a2 = if B::SIGNED { _mm256_abs_epi8(q2) } else { q2 };
-        let a3 = if B::SIGNED { _mm256_abs_epi8(q3) } else { q3 };
-        for r in 0..R {
-            let u = &xs[r][g];
-            let p2 = partial::<B>(q2, a2, &u.qs[2]);
-            let p3 = partial::<B>(q3, a3, &u.qs[3]);
-            let h = _mm256_hadd_epi32(h01[r], _mm256_hadd_epi32(p2, p3));
-            let mut sumi = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            // SAFETY (loads below): the arrays have 4 lanes of 4 bytes.
-            if B::OFFSET != 0 {
-                let isum = unsafe { _mm_loadu_si128(u.isum.as_ptr().cast()) };
-                sumi = _mm_sub_epi32(sumi, _mm_mullo_epi32(isum, _mm_set1_epi32(B::OFFSET)));
-            }
-            let dx = unsafe { _mm_loadu_ps(u.d.as_ptr()) };
-            let mut t = _mm_mul_ps(_mm_mul_ps(dw, dx), _mm_cvtepi32_ps(sumi));
-            if B::HAS_MIN {
-                let sx = unsafe { _mm_loadu_ps(u.s.as_ptr()) };
-                t = _mm_add_ps(t, _mm_mul_ps(mw, sx));
-            }
-            acc[r] = _mm_add_ps(acc[r], t);
+    } else if R == 2 {
+        while k + 2 <= n_rows {
+            let res = dot_tile::<B, 2, R>([row(k), row(k + 1)], xs);
+            emit(k, res[0]);
+            emit(k + 1, res[1]);
+            k += 2;
         }
     }
-    let mut out = [0.0f32; R];
-    for r in 0..R {
-        let mut lanes = [0.0f32; 4];
-        // SAFETY: `lanes` holds 4 floats.
-        unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc[r]) };
-        add_block_terms(w, xs[r], groups * 4, &mut lanes);
-        out[r] = fold4(lanes);
+    while k < n_rows {
+        emit(k, dot_tile::<B, 1, R>([row(k)], xs)[0]);
+        k += 1;
+    }
+}
+
+/// The kernel body: `WR` weight rows × `R` activation rows; callers checked that every
+/// `xs[r]` covers the rows. Each `(weight row, activation row)` pair runs the same operation
+/// sequence whatever `WR` and `R` are.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
+    ws: [&[B]; WR],
+    xs: [&[BlockQ8x4]; R],
+) -> [[f32; R]; WR] {
+    let has_m = B::M != MTerm::Zero;
+    let nb = ws[0].len();
+    for w in &ws {
+        assert_eq!(w.len(), nb, "weight rows of one tile differ in length");
+    }
+    let groups = nb / 4;
+    let mut acc = [[_mm256_setzero_ps(); R]; WR];
+    let mut accm = [[_mm_setzero_ps(); R]; WR];
+    for g in 0..groups {
+        for wi in 0..WR {
+            let wg = &ws[wi][4 * g..4 * g + 4];
+            let dw = f16x4([
+                wg[0].d_bits(),
+                wg[1].d_bits(),
+                wg[2].d_bits(),
+                wg[3].d_bits(),
+            ]);
+            // Per activation row: the four block scales d*dx, and the m terms.
+            let mut scale = [[0.0f32; 4]; R];
+            let m = match B::M {
+                MTerm::Zero => _mm_setzero_ps(),
+                MTerm::Offset(o) => _mm_mul_ps(dw, _mm_set1_ps(-(o as f32))),
+                MTerm::Stored => f16x4([
+                    wg[0].m_bits(),
+                    wg[1].m_bits(),
+                    wg[2].m_bits(),
+                    wg[3].m_bits(),
+                ]),
+            };
+            for r in 0..R {
+                let u = &xs[r][g];
+                // SAFETY: the arrays hold 4 floats.
+                unsafe {
+                    let dx = _mm_loadu_ps(u.d.as_ptr());
+                    _mm_storeu_ps(scale[r].as_mut_ptr(), _mm_mul_ps(dw, dx));
+                    if has_m {
+                        let sx = _mm_loadu_ps(u.s.as_ptr());
+                        accm[wi][r] = _mm_add_ps(accm[wi][r], _mm_mul_ps(m, sx));
+                    }
+                }
+            }
+            for pair in [0, 2] {
+                // SAFETY: AVX2 is enabled in this function.
+                let (q0, q1) = unsafe { (wg[pair].load_q(), wg[pair + 1].load_q()) };
+                let a0 = if B::SIGNED { _mm256_abs_epi8(q0) } else { q0 };
+                let a1 = if B::SIGNED { _mm256_abs_epi8(q1) } else { q1 };
+                for r in 0..R {
+                    let u = &xs[r][g];
+                    let a = &mut acc[wi][r];
+                    let p0 = lanes::<B>(q0, a0, &u.qs[pair]);
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(scale[r][pair]), p0, *a);
+                    let p1 = lanes::<B>(q1, a1, &u.qs[pair + 1]);
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(scale[r][pair + 1]), p1, *a);
+                }
+            }
+        }
+    }
+    let mut out = [[0.0f32; R]; WR];
+    for wi in 0..WR {
+        for r in 0..R {
+            let mut lane = [0.0f32; 8];
+            let mut lane_m = [0.0f32; 4];
+            // SAFETY: the arrays hold 8 and 4 floats.
+            unsafe {
+                _mm256_storeu_ps(lane.as_mut_ptr(), acc[wi][r]);
+                _mm_storeu_ps(lane_m.as_mut_ptr(), accm[wi][r]);
+            }
+            for (b, wb) in ws[wi].iter().enumerate().skip(groups * 4) {
+                add_block_scalar(wb, b, xs[r], &mut lane, &mut lane_m);
+            }
+            out[wi][r] = finish::<B>(lane, lane_m);
+        }
     }
     out
 }

@@ -43,7 +43,9 @@ mod legacy_avx2;
 mod matmul;
 mod pool;
 
-pub use block::{as_blocks, as_blocks_mut, dot_rows, vec_dot, ActBlock, Block, Isa, WeightBlock};
+pub use block::{
+    as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, vec_dot, ActBlock, Block, Isa, WeightBlock,
+};
 pub use ferrox_gguf::GgmlType;
 pub use float::{
     axpy_f16_f32, axpy_f16_f32_isa, dot_f16_f32, dot_f16_f32_isa, dot_f32, dot_f32_isa,

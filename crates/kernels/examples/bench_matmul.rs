@@ -1,0 +1,164 @@
+//! Matmul throughput: effective weight bandwidth (weight bytes / time) per type and batch.
+//!
+//! `cargo run -p ferrox-kernels --release --example bench_matmul [threads]`
+//!
+//! The headline case is Gemma 3 270M's output head: 262144 x 640 Q8_0 (178 MB), decode-bound
+//! on memory bandwidth at n = 1. Not a timed assertion; numbers depend on the machine's load.
+
+use ferrox_kernels::*;
+use std::time::Instant;
+
+/// Random valid blocks (random bytes, f16 scales pinned to small finite values).
+fn random_weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut bytes: Vec<u8> = (0..rows * row_bytes(ty, cols))
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    let offsets: &[usize] = match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    };
+    for block in bytes.chunks_exact_mut(ty.block_bytes()) {
+        for &o in offsets {
+            block[o..o + 2].copy_from_slice(&scale);
+        }
+    }
+    bytes
+}
+
+fn bench(pool: &ThreadPool, ty: GgmlType, rows: usize, cols: usize, n: usize, min_secs: f64) {
+    let bytes = random_weights(ty, rows, cols);
+    let w = QMatrix::new(ty, &bytes, rows, cols);
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5)
+        .collect();
+    let mut out = vec![0.0f32; n * rows];
+    matmul(pool, &w, &x, n, &mut out); // warm up (page faults, pool spin-up)
+    let mut best = f64::INFINITY;
+    let mut total = 0.0;
+    let mut iters = 0;
+    while total < min_secs || iters < 3 {
+        let t = Instant::now();
+        matmul(pool, &w, &x, n, &mut out);
+        let dt = t.elapsed().as_secs_f64();
+        best = best.min(dt);
+        total += dt;
+        iters += 1;
+    }
+    let gb = bytes.len() as f64 / 1e9;
+    println!(
+        "{:>5} {:>6}x{:<5} n={:<3} {:>8.3} ms best, {:>8.3} ms mean  {:>6.2} GB/s best  {:>6.2} GB/s mean  ({} iters)",
+        ty.name(),
+        rows,
+        cols,
+        n,
+        best * 1e3,
+        total / iters as f64 * 1e3,
+        gb / best,
+        gb * iters as f64 / total,
+        iters
+    );
+}
+
+fn main() {
+    let threads: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    if std::env::args().nth(2).as_deref() == Some("q8") {
+        for _ in 0..20 {
+            compute_bound(GgmlType::Q8_0, 256, 640, 16);
+        }
+        return;
+    }
+    if std::env::args().nth(2).as_deref() == Some("compute") {
+        for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+            for n in [1, 4, 16] {
+                compute_bound(ty, 256, 640, n);
+            }
+        }
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            for n in [1, 4, 16] {
+                compute_bound(ty, 64, 2048, n);
+            }
+        }
+        return;
+    }
+    let pool = ThreadPool::new(threads);
+    println!("threads={threads} isa avx2={}", Isa::best().is_avx2());
+    read_bandwidth(&pool, 178 << 20);
+    for n in [1, 16] {
+        bench(&pool, GgmlType::Q8_0, 262_144, 640, n, 1.0);
+    }
+    for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+        for n in [1, 16] {
+            bench(&pool, ty, 2048, 640, n, 0.3);
+        }
+    }
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K] {
+        for n in [1, 16] {
+            bench(&pool, ty, 640, 2048, n, 0.3);
+        }
+    }
+    for n in [1, 16] {
+        bench(&pool, GgmlType::F16, 640, 2048, n, 0.3);
+    }
+}
+
+/// Compute-bound view: a weight matrix that fits in L2, one thread, ns per (block, row).
+pub fn compute_bound(ty: GgmlType, rows: usize, cols: usize, n: usize) {
+    let pool = ThreadPool::new(1);
+    let bytes = random_weights(ty, rows, cols);
+    let w = QMatrix::new(ty, &bytes, rows, cols);
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5)
+        .collect();
+    let mut out = vec![0.0f32; n * rows];
+    let mut acts = Activations::new();
+    acts.quantize(&pool, ty, &x, n, cols);
+    let mut best = f64::INFINITY;
+    for _ in 0..200 {
+        let t = Instant::now();
+        matmul_acts(&pool, &w, &acts, &mut out);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let blocks = rows * cols / 32 * n;
+    println!(
+        "{:>5} {rows}x{cols} n={n}: {:.3} ms, {:.3} ns per 32 values x row",
+        ty.name(),
+        best * 1e3,
+        best * 1e9 / blocks as f64
+    );
+}
+
+/// The machine's read bandwidth right now: sum a buffer as u64s, split like matmul's tiles.
+fn read_bandwidth(pool: &ThreadPool, bytes: usize) {
+    let buf: Vec<u64> = (0..bytes / 8).map(|i| i as u64).collect();
+    let tiles = pool.n_threads() * 16;
+    let per = buf.len().div_ceil(tiles);
+    let mut best = f64::INFINITY;
+    for _ in 0..10 {
+        let sink = std::sync::atomic::AtomicU64::new(0);
+        let t = Instant::now();
+        pool.for_each(tiles, &|i| {
+            let part = &buf[(i * per).min(buf.len())..((i + 1) * per).min(buf.len())];
+            let s = part.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+            sink.fetch_add(s, std::sync::atomic::Ordering::Relaxed);
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(sink.load(std::sync::atomic::Ordering::Relaxed));
+    }
+    println!(
+        "read bandwidth: {:.2} GB/s (sum of u64 over {} MB)",
+        bytes as f64 / 1e9 / best,
+        bytes >> 20
+    );
+}
