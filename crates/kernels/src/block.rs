@@ -203,7 +203,7 @@ pub fn dot_rows_multi<W: WeightBlock, const R: usize>(
     emit: &mut dyn FnMut(usize, [f32; R]),
 ) {
     assert!(
-        bpr > 0 && w.len() % bpr == 0,
+        bpr > 0 && w.len().is_multiple_of(bpr),
         "weights must be whole rows of {bpr} blocks"
     );
     if isa.is_avx2() {
