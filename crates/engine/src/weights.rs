@@ -26,7 +26,7 @@ impl Matrix {
     /// The kernel view of this matrix over `file`'s bytes.
     pub fn view<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
         let data = file.tensor_data(&file.tensors()[self.index]);
-        debug_assert_eq!(data.len(), self.n_bytes);
+        debug_assert_eq!(data.len(), self.n_bytes, "tensor {}", self.name);
         QMatrix {
             ty: self.ty,
             data,

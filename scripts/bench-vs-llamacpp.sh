@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Side-by-side speed: llama.cpp vs ferrox on the same machine, in the same run.
+#
+# Builds llama.cpp from the llama-cpp-python sdist on PyPI (it vendors llama.cpp) into a cache
+# directory OUTSIDE the repository (nothing of llama.cpp is committed), then interleaves
+# llama-bench / llama-batched-bench with `ferrox bench` (A B A B ...) and prints medians and
+# ratios. The machines are noisy: quote the medians, never a single run.
+#
+#   scripts/bench-vs-llamacpp.sh            # ROUNDS=5 THREADS=2 BATCH=1,2,4,8,16
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+CACHE=${FERROX_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ferrox}
+LCPP=${LLAMA_CPP_DIR:-$CACHE/llama.cpp-$VERSION}
+MODEL=${FERROX_MODEL:-$CACHE/models/gemma-3-270m-q4_k_m.gguf}
+ROUNDS=${ROUNDS:-5}
+THREADS=${THREADS:-2}
+BATCH=${BATCH:-1,2,4,8,16}
+OUT=${OUT:-$(mktemp -d)}
+
+build_llama_cpp() {
+    if [ -x "$LCPP/build/bin/llama-bench" ] && [ -x "$LCPP/build/bin/llama-batched-bench" ]; then
+        return
+    fi
+    mkdir -p "$LCPP"
+    python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$LCPP/dl"
+    tar -xzf "$LCPP"/dl/llama_cpp_python-"$VERSION".tar.gz -C "$LCPP"
+    python3 -m pip install --quiet cmake 2>/dev/null || true
+    local src="$LCPP/llama_cpp_python-$VERSION/vendor/llama.cpp"
+    cmake -S "$src" -B "$LCPP/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
+        -DLLAMA_BUILD_WEBUI=OFF >"$LCPP/cmake.log"
+    cmake --build "$LCPP/build" -j2 --target llama-bench llama-batched-bench llama-server \
+        >"$LCPP/build.log"
+}
+
+build_llama_cpp
+cargo build -q --release -p ferrox
+FERROX=target/release/ferrox
+[ -f "$MODEL" ] || "$FERROX" pull
+
+for r in $(seq "$ROUNDS"); do
+    echo "round $r/$ROUNDS" >&2
+    "$LCPP/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
+        >"$OUT/llama-bench.$r.json" 2>/dev/null
+    "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 --json >"$OUT/ferrox.$r.json"
+    "$LCPP/build/bin/llama-batched-bench" -m "$MODEL" -c 4096 -b 2048 -ub 512 -t "$THREADS" \
+        -npp 128 -ntg 128 -npl "$BATCH" --output-format jsonl >"$OUT/batched.$r.jsonl" 2>/dev/null
+    "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 --batch "$BATCH" \
+        --batch-prompt 128 --json >"$OUT/ferrox-batch.$r.json"
+    /usr/bin/time -f "%M" -o "$OUT/rss-llama.$r" "$LCPP/build/bin/llama-bench" -m "$MODEL" \
+        -t "$THREADS" -p 512 -n 128 -r 1 >/dev/null 2>&1
+    /usr/bin/time -f "%M" -o "$OUT/rss-ferrox.$r" "$FERROX" bench -m "$MODEL" -t "$THREADS" \
+        -p 512 -n 128 -r 1 >/dev/null 2>&1
+done
+
+python3 - "$OUT" "$ROUNDS" <<'PY'
+import json, statistics, sys, glob
+out, rounds = sys.argv[1], int(sys.argv[2])
+med = statistics.median
+rows = {}
+def add(k, who, v):
+    rows.setdefault(k, {}).setdefault(who, []).append(v)
+for r in range(1, rounds + 1):
+    for t in json.load(open(f"{out}/llama-bench.{r}.json")):
+        k = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+        add(k, "llama.cpp", t["avg_ts"])
+    for k, s in json.load(open(f"{out}/ferrox.{r}.json")).items():
+        add(k, "ferrox", s["median"])
+    for line in open(f"{out}/batched.{r}.jsonl"):
+        line = line.strip()
+        if line.startswith("{"):
+            t = json.loads(line)
+            if "pl" in t:
+                add(f"batch{t['pl']}", "llama.cpp", t["speed_tg"])
+    for k, s in json.load(open(f"{out}/ferrox-batch.{r}.json")).items():
+        if k.startswith("batch"):
+            add(k, "ferrox", s["median"])
+    add("peak RSS MiB", "llama.cpp", int(open(f"{out}/rss-llama.{r}").read().split()[-1]) / 1024)
+    add("peak RSS MiB", "ferrox", int(open(f"{out}/rss-ferrox.{r}").read().split()[-1]) / 1024)
+print(f"| test | llama.cpp (median) | ferrox (median) | ratio |")
+print(f"|---|---|---|---|")
+for k, v in rows.items():
+    a, b = med(v.get("llama.cpp", [float("nan")])), med(v.get("ferrox", [float("nan")]))
+    print(f"| {k} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+print(f"\n({rounds} interleaved rounds; raw results in {out})")
+PY
