@@ -24,13 +24,23 @@ build_llama_cpp() {
         return
     fi
     mkdir -p "$LCPP"
-    python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$LCPP/dl"
+    # The sdist itself, straight from PyPI's simple index (`pip download` would try to build
+    # its metadata, which means building cmake from source first).
+    python3 - "$VERSION" "$LCPP/dl" <<'PY'
+import os, re, sys, urllib.request
+version, dest = sys.argv[1], sys.argv[2]
+name = f"llama_cpp_python-{version}.tar.gz"
+html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60).read().decode()
+url = re.search(r'href="([^"]*/' + re.escape(name) + r')(#[^"]*)?"', html).group(1)
+os.makedirs(dest, exist_ok=True)
+urllib.request.urlretrieve(url, os.path.join(dest, name))
+PY
     tar -xzf "$LCPP"/dl/llama_cpp_python-"$VERSION".tar.gz -C "$LCPP"
-    python3 -m pip install --quiet cmake 2>/dev/null || true
+    command -v cmake >/dev/null || python3 -m pip install --quiet cmake
     local src="$LCPP/llama_cpp_python-$VERSION/vendor/llama.cpp"
     cmake -S "$src" -B "$LCPP/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
-        -DLLAMA_BUILD_WEBUI=OFF >"$LCPP/cmake.log"
+        -DLLAMA_BUILD_UI=OFF >"$LCPP/cmake.log"
     cmake --build "$LCPP/build" -j2 --target llama-bench llama-batched-bench llama-server \
         >"$LCPP/build.log"
 }
