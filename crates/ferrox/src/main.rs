@@ -1,9 +1,11 @@
 //! The `ferrox` command: inspect a GGUF, tokenize, run a prompt, benchmark, serve.
 
 mod bench;
+mod bench_serve;
 mod inspect;
 mod pull;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -29,8 +31,25 @@ enum Cmd {
     Tokenize(inspect::TokenizeArgs),
     /// Generate a raw completion for a prompt.
     Run(run::RunArgs),
-    /// Measure prefill, decode and batched decode throughput.
-    Bench(bench::BenchArgs),
+    /// Serve the model over HTTP (OpenAI-compatible).
+    Serve(serve::ServeArgs),
+    /// Measure prefill, decode and batched decode throughput; `bench serve` load-tests a server.
+    Bench(BenchCmd),
+}
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BenchCmd {
+    #[command(subcommand)]
+    sub: Option<BenchSub>,
+    #[command(flatten)]
+    args: bench::BenchArgs,
+}
+
+#[derive(Subcommand)]
+enum BenchSub {
+    /// Fire concurrent streaming requests at a server and report tok/s, TTFT and ITL.
+    Serve(bench_serve::BenchServeArgs),
 }
 
 fn main() {
@@ -41,12 +60,17 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(serve::llama_style_args(std::env::args_os()));
     let result = match cli.cmd {
         Cmd::Pull => pull::ensure_default_model().map(|_| ()),
         Cmd::Inspect { model } => resolve_model(model).and_then(|m| inspect::inspect(&m)),
         Cmd::Tokenize(args) => inspect::tokenize(args),
-        Cmd::Bench(args) => bench::bench(args),
+        Cmd::Bench(BenchCmd {
+            sub: Some(BenchSub::Serve(args)),
+            ..
+        }) => bench_serve::bench_serve(args),
+        Cmd::Bench(BenchCmd { sub: None, args }) => bench::bench(args),
+        Cmd::Serve(args) => serve::serve(args),
         Cmd::Run(args) => run::run(args),
     };
     if let Err(e) = result {
