@@ -641,6 +641,12 @@ mod tests {
     }
 
     #[test]
+    fn chat_template_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<ChatTemplate>();
+    }
+
+    #[test]
     fn generation_tags_become_plain_blocks() {
         assert_eq!(
             rewrite_generation_tags(

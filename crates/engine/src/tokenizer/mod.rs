@@ -511,3 +511,14 @@ pub fn metadata_from_gguf(f: &ferrox_gguf::GgufFile) -> Result<VocabMetadata, To
         add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Tokenizer>();
+    }
+}
