@@ -73,6 +73,17 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
+    if std::env::args().nth(2).as_deref() == Some("quant") {
+        quant_cost();
+        return;
+    }
+    if std::env::args().nth(2).as_deref() == Some("head") {
+        let pool = ThreadPool::new(threads);
+        for n in [1, 16, 1, 16] {
+            bench(&pool, GgmlType::Q8_0, 262_144, 640, n, 1.0);
+        }
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("q8") {
         for _ in 0..20 {
             compute_bound(GgmlType::Q8_0, 256, 640, 16);
@@ -161,4 +172,27 @@ fn read_bandwidth(pool: &ThreadPool, bytes: usize) {
         bytes as f64 / 1e9 / best,
         bytes >> 20
     );
+}
+
+/// Activation quantization cost per value.
+pub fn quant_cost() {
+    let pool = ThreadPool::new(1);
+    for (ty, cols) in [(GgmlType::Q8_0, 640), (GgmlType::Q4_K, 2048)] {
+        let n = 64;
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5)
+            .collect();
+        let mut acts = Activations::new();
+        let mut best = f64::INFINITY;
+        for _ in 0..50 {
+            let t = Instant::now();
+            acts.quantize(&pool, ty, &x, n, cols);
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "quantize for {}: {:.2} ns per value",
+            ty.name(),
+            best * 1e9 / (n * cols) as f64
+        );
+    }
 }

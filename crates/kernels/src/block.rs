@@ -127,14 +127,20 @@ pub trait ActBlock: Copy + Default + Send + Sync + 'static {
     fn units_for(cols: usize) -> usize {
         cols.div_ceil(Self::ELEMS)
     }
-    /// Quantizes one row. `out.len() == units_for(src.len())`. Every ISA produces the same
-    /// bits (the rounding is ties-to-even in both paths).
-    fn quantize_row(src: &[f32], out: &mut [Self]);
+    /// Quantizes one row on `isa`. `out.len() == units_for(src.len())`. Every ISA produces
+    /// the same bits: the same IEEE operations, rounding to nearest with ties to even, NaN
+    /// quantized to 0 (pinned by `tests/formats.rs::activation_quantizers_match_across_isas`).
+    fn quantize_row_isa(isa: Isa, src: &[f32], out: &mut [Self]);
+
+    /// [`ActBlock::quantize_row_isa`] on the best ISA.
+    fn quantize_row(src: &[f32], out: &mut [Self]) {
+        Self::quantize_row_isa(Isa::best(), src, out)
+    }
 }
 
 impl ActBlock for f32 {
     const ELEMS: usize = 1;
-    fn quantize_row(src: &[f32], out: &mut [f32]) {
+    fn quantize_row_isa(_isa: Isa, src: &[f32], out: &mut [f32]) {
         out.copy_from_slice(src);
     }
 }
@@ -227,10 +233,21 @@ pub fn fold4(l: [f32; 4]) -> f32 {
     (l[0] + l[1]) + (l[2] + l[3])
 }
 
-/// Largest absolute value (NaN-free inputs assumed; a NaN yields garbage, never a panic).
-#[inline]
+/// Largest absolute value (NaNs are ignored). Eight running maxima so the loop vectorizes;
+/// max is exact, so the result does not depend on the order.
+#[inline(always)]
 pub fn amax(xs: &[f32]) -> f32 {
-    xs.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+    let mut m = [0.0f32; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, v) in m.iter_mut().zip(c) {
+            *m = m.max(v.abs());
+        }
+    }
+    for v in chunks.remainder() {
+        m[0] = m[0].max(v.abs());
+    }
+    m.iter().fold(0.0f32, |a, &b| a.max(b))
 }
 
 /// The value with the largest magnitude, with its sign.

@@ -13,7 +13,7 @@
 //! scalar once per super-block, which costs little next to 256 multiply-adds.
 
 use crate::block::{
-    amax, f16_to_f32, f32_to_f16, inv_or_zero, round_clamp, signed_max, ActBlock, Block,
+    amax, f16_to_f32, f32_to_f16, inv_or_zero, round_clamp, signed_max, ActBlock, Block, Isa,
     WeightBlock,
 };
 use crate::GgmlType;
@@ -103,7 +103,8 @@ impl Default for BlockQ8K {
 }
 
 impl BlockQ8K {
-    /// Quantizes up to 256 values (the rest is zero padding).
+    /// Quantizes up to 256 values (the rest is zero padding); the reference the AVX2
+    /// quantizer matches bit for bit.
     pub fn from_f32(x: &[f32]) -> BlockQ8K {
         let mut b = BlockQ8K::default();
         let d = amax(x) / 127.0;
@@ -140,10 +141,15 @@ impl BlockQ8K {
 
 impl ActBlock for BlockQ8K {
     const ELEMS: usize = QK_K;
-    fn quantize_row(src: &[f32], out: &mut [BlockQ8K]) {
+    fn quantize_row_isa(isa: Isa, src: &[f32], out: &mut [BlockQ8K]) {
         assert_eq!(out.len(), Self::units_for(src.len()));
         for (b, x) in out.iter_mut().zip(src.chunks(QK_K)) {
-            *b = BlockQ8K::from_f32(x);
+            match <&[f32; QK_K]>::try_from(x) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: an AVX2 `Isa` proves the CPU features.
+                Ok(full) if isa.is_avx2() => unsafe { crate::quant_avx2::quantize_q8k(full, b) },
+                _ => *b = BlockQ8K::from_f32(x),
+            }
         }
     }
 }

@@ -21,7 +21,7 @@
 
 use crate::block::{
     amax, f16_to_f32, f32_to_f16, fold4, inv_or_zero, round_clamp, signed_max, ActBlock, Block,
-    WeightBlock,
+    Isa, WeightBlock,
 };
 use crate::GgmlType;
 
@@ -108,7 +108,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ8x4>() == 160);
 impl ActBlock for BlockQ8x4 {
     const ELEMS: usize = 4 * QK;
 
-    fn quantize_row(src: &[f32], out: &mut [BlockQ8x4]) {
+    fn quantize_row_isa(isa: Isa, src: &[f32], out: &mut [BlockQ8x4]) {
         assert_eq!(out.len(), Self::units_for(src.len()));
         for (g, unit) in out.iter_mut().enumerate() {
             *unit = BlockQ8x4::default();
@@ -118,18 +118,33 @@ impl ActBlock for BlockQ8x4 {
                     break; // zero padding past the row end
                 }
                 let x = &src[start..(start + QK).min(src.len())];
-                let d = amax(x) / 127.0;
-                let id = inv_or_zero(d);
-                let mut isum = 0i32;
-                for (q, &v) in unit.qs[k].iter_mut().zip(x) {
-                    *q = round_clamp(v * id, -127, 127) as i8;
-                    isum += *q as i32;
-                }
+                let (d, qs, isum) = match <&[f32; QK]>::try_from(x) {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: an AVX2 `Isa` proves the CPU features.
+                    Ok(full) if isa.is_avx2() => unsafe { crate::quant_avx2::quantize32(full) },
+                    _ => quantize32(x),
+                };
                 unit.d[k] = d;
+                unit.qs[k] = qs;
                 unit.s[k] = d * isum as f32;
             }
         }
     }
+}
+
+/// One activation block (up to 32 values, the rest zero): `(d, quants, Σ quants)` with
+/// `d = amax/127` and quants rounded to nearest, ties to even. The reference the AVX2
+/// quantizer matches bit for bit.
+pub fn quantize32(x: &[f32]) -> (f32, [i8; 32], i32) {
+    let d = amax(x) / 127.0;
+    let id = inv_or_zero(d);
+    let mut qs = [0i8; 32];
+    let mut isum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = round_clamp(v * id, -127, 127) as i8;
+        isum += *q as i32;
+    }
+    (d, qs, isum)
 }
 
 /// Where a format's additive term `m` comes from.

@@ -27,12 +27,14 @@ pub trait LegacyAvx2: Legacy32 {
     unsafe fn load_q(&self) -> __m256i;
 }
 
+/// 32 nibble values, low nibbles first: the 16 bytes broadcast to both halves (a load), the
+/// upper half shifted right by 4, masked.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
     // SAFETY: 16 readable bytes.
-    let b = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
-    let both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    let b = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(qs.as_ptr().cast())) };
+    let both = _mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4));
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
 }
 

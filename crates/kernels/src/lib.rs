@@ -42,6 +42,8 @@ mod legacy;
 mod legacy_avx2;
 mod matmul;
 mod pool;
+#[cfg(target_arch = "x86_64")]
+mod quant_avx2;
 
 pub use block::{
     as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, vec_dot, ActBlock, Block, Isa, WeightBlock,

@@ -290,3 +290,32 @@ fn fix_scales(ty: GgmlType, bytes: &mut [u8]) {
         }
     }
 }
+
+/// The activation quantizers give the same bits on every ISA (the AVX2 build is the same
+/// code compiled with AVX2; this pins that no vector rounding mode slipped in).
+#[test]
+fn activation_quantizers_match_across_isas() {
+    let Some(avx2) = Isa::avx2() else { return };
+    let mut rng = StdRng::seed_from_u64(4);
+    for cols in [32, 96, 256, 640, 2048, 2080] {
+        for _ in 0..20 {
+            let mut x = random(&mut rng, cols);
+            if rng.gen_bool(0.2) {
+                // Exact ties after scaling: values on a half-integer grid of the step.
+                let step = 1.0 / 127.0;
+                x.iter_mut()
+                    .for_each(|v| *v = ((*v / step).round() + 0.5) * step);
+            }
+            let mut a = vec![BlockQ8x4::default(); BlockQ8x4::units_for(cols)];
+            let mut b = a.clone();
+            BlockQ8x4::quantize_row_isa(Isa::scalar(), &x, &mut a);
+            BlockQ8x4::quantize_row_isa(avx2, &x, &mut b);
+            assert_eq!(a, b, "q8x4 cols={cols}");
+            let mut a = vec![BlockQ8K::default(); BlockQ8K::units_for(cols)];
+            let mut b = a.clone();
+            BlockQ8K::quantize_row_isa(Isa::scalar(), &x, &mut a);
+            BlockQ8K::quantize_row_isa(avx2, &x, &mut b);
+            assert_eq!(a, b, "q8k cols={cols}");
+        }
+    }
+}
