@@ -12,8 +12,23 @@
 //!   `tensor(name)`, `tensor_data(&TensorInfo) -> &[u8]`.
 //! - [`GgufWriter`]: add metadata and tensors (raw bytes already in the tensor's type), then
 //!   `write_to(path)` / `to_bytes()`.
+//!
+//! Layout: `reader` parses and validates (the only code that touches untrusted numbers, with
+//! its caps in [`limits`]); `file` holds the result and the bytes; `writer` is the inverse of
+//! `reader`; `error` is the one error enum. The file format itself is little-endian:
+//! `"GGUF"`, version u32, tensor_count u64, metadata_kv_count u64, the metadata entries, the
+//! tensor infos, padding to the alignment, then the data section.
 
+mod error;
+mod file;
+pub mod limits;
+mod reader;
 mod types;
-pub use types::GgmlType;
+mod value;
+mod writer;
 
-// The rest of the crate (reader, writer, error) is filled in by the gguf work item.
+pub use error::GgufError;
+pub use file::{GgufFile, TensorInfo};
+pub use types::GgmlType;
+pub use value::Value;
+pub use writer::GgufWriter;
