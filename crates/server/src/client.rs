@@ -98,9 +98,9 @@ impl Endpoint {
             })?;
         let _ = stream.set_nodelay(true);
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
+        let conn = ConnectionTask(tokio::spawn(async move {
             let _ = conn.await;
-        });
+        }));
         let mut builder = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base_path))
@@ -118,6 +118,7 @@ impl Endpoint {
             status: parts.status.as_u16(),
             headers: parts.headers,
             body,
+            _conn: conn,
         })
     }
 
@@ -132,12 +133,25 @@ impl Endpoint {
     }
 }
 
-/// A response whose head has arrived; the body is read on demand.
+/// Drives one connection; aborted when the response (or its event reader) is dropped, so
+/// dropping a response closes its socket, as a client that goes away would.
+#[derive(Debug)]
+struct ConnectionTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ConnectionTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A response whose head has arrived; the body is read on demand. Dropping it closes the
+/// connection.
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
     pub headers: HeaderMap,
     body: Incoming,
+    _conn: ConnectionTask,
 }
 
 impl Response {
@@ -158,6 +172,7 @@ impl Response {
         EventReader {
             body: self.body,
             buf: Vec::new(),
+            _conn: self._conn,
         }
     }
 }
@@ -167,6 +182,7 @@ impl Response {
 pub struct EventReader {
     body: Incoming,
     buf: Vec<u8>,
+    _conn: ConnectionTask,
 }
 
 impl EventReader {

@@ -8,8 +8,9 @@
 //! the two capacity refusals (`estimated_bytes`, `limit_bytes`, ...), so a client can act on
 //! them without parsing the message.
 //!
-//! Client mistakes (4xx) are logged at debug level only; server faults (5xx) are logged at
-//! error level here, once, and their details never reach the client beyond a short message.
+//! Client mistakes (4xx) are logged at debug level only, load shedding and loading (503) at
+//! info; server faults (500) at error level here, once, and their details never reach the
+//! client beyond a short message.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -204,8 +205,10 @@ impl IntoResponse for ApiError {
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
             }
         };
-        if status.is_server_error() {
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(code = self.code(), "{self}");
+        } else if status.is_server_error() {
+            tracing::info!(code = self.code(), "{self}");
         } else {
             tracing::debug!(code = self.code(), "{self}");
         }

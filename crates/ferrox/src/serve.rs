@@ -1,0 +1,200 @@
+//! `ferrox serve`: the OpenAI-compatible HTTP server on one model.
+//!
+//! Flags follow llama-server where they mean the same thing (`-m`, `--host`, `--port`, `-t`,
+//! `-c`, `-np`/`--parallel`, `-a`/`--alias`); each also reads a `FERROX_*` environment
+//! variable, and the scheduler's knobs use the same `FERROX_CB_*` names as
+//! `SchedulerConfig::from_env`. This file only turns flags into the two config structs
+//! (`ServerConfig`, `SchedulerConfig`); everything else is `ferrox_server`.
+//!
+//! Start-up order: bind the socket first (so `/health` answers 503 while loading and a
+//! client can wait on it), then fetch the default model if needed and load it on the
+//! blocking pool, then mark the server ready. SIGINT or SIGTERM, at any point, stops
+//! accepting, lets in-flight requests finish for `--shutdown-grace` seconds, and exits 0.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrox_engine::Model;
+use ferrox_sched::{KvBudget, SchedulerConfig};
+use ferrox_server::{AppState, Generator, ServerConfig};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// GGUF model file (default: the cached default model, fetched on first use).
+    #[arg(short = 'm', long, env = "FERROX_MODEL")]
+    pub model: Option<PathBuf>,
+    /// Address to listen on. The default is loopback only; use 0.0.0.0 to accept remote
+    /// clients (there is no authentication).
+    #[arg(long, env = "FERROX_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, env = "FERROX_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Threads for the model's kernels (default: all cores).
+    #[arg(short = 't', long, env = "FERROX_THREADS")]
+    pub threads: Option<usize>,
+    /// Longest prompt + max_tokens of one request (default: the model's trained context).
+    #[arg(short = 'c', long = "ctx-size", env = "FERROX_CB_MAX_CONTEXT")]
+    pub ctx_size: Option<usize>,
+    /// Most sequences decoding together (llama-server's -np) [default: 16].
+    #[arg(long = "parallel", visible_alias = "np", env = "FERROX_CB_MAX_SEQS")]
+    pub parallel: Option<usize>,
+    /// Most prompt tokens computed per scheduler step [default: 64].
+    #[arg(long, env = "FERROX_CB_PREFILL_CHUNK")]
+    pub prefill_chunk: Option<usize>,
+    /// Most requests waiting for a slot; more get 503 [default: 256].
+    #[arg(long, env = "FERROX_CB_MAX_QUEUE")]
+    pub max_queue: Option<usize>,
+    /// Token positions per KV cache block [default: 16].
+    #[arg(long, env = "FERROX_CB_KV_BLOCK_SIZE")]
+    pub kv_block_size: Option<usize>,
+    /// KV cache size in blocks (overrides --kv-budget-bytes).
+    #[arg(long, env = "FERROX_CB_KV_BLOCKS")]
+    pub kv_blocks: Option<usize>,
+    /// KV cache size in bytes [default: 1 GiB].
+    #[arg(long, env = "FERROX_CB_KV_BUDGET_BYTES")]
+    pub kv_budget_bytes: Option<u64>,
+    /// The model id clients use and /v1/models lists (default: the file name without .gguf).
+    #[arg(short = 'a', long = "alias", env = "FERROX_ALIAS")]
+    pub alias: Option<String>,
+    /// max_tokens for requests that give none (capped by the context left).
+    #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = ServerConfig::default().default_max_tokens)]
+    pub default_max_tokens: usize,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long, env = "FERROX_MAX_BODY_BYTES", default_value_t = ServerConfig::default().max_body_bytes)]
+    pub max_body_bytes: usize,
+    /// Seconds in-flight requests may run on after SIGINT/SIGTERM before they are cancelled.
+    #[arg(long, env = "FERROX_SHUTDOWN_GRACE", default_value_t = ferrox_server::DEFAULT_SHUTDOWN_GRACE.as_secs())]
+    pub shutdown_grace: u64,
+}
+
+impl ServeArgs {
+    /// The scheduler's config: its defaults, overridden by every flag given.
+    pub fn scheduler_config(&self) -> Result<SchedulerConfig, String> {
+        let mut c = SchedulerConfig::default();
+        if let Some(n) = self.parallel {
+            c.max_seqs = n;
+        }
+        if let Some(n) = self.prefill_chunk {
+            c.prefill_chunk_tokens = n;
+        }
+        if let Some(n) = self.max_queue {
+            c.max_queue = n;
+        }
+        if let Some(n) = self.kv_block_size {
+            c.kv_block_size_tokens = n;
+        }
+        if let Some(n) = self.kv_budget_bytes {
+            c.kv_budget = KvBudget::Bytes(n);
+        }
+        if let Some(n) = self.kv_blocks {
+            c.kv_budget = KvBudget::Blocks(n);
+        }
+        if self.ctx_size.is_some() {
+            c.max_context_tokens = self.ctx_size;
+        }
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    pub fn server_config(&self) -> ServerConfig {
+        ServerConfig {
+            model_id: self.alias.clone(),
+            max_body_bytes: self.max_body_bytes,
+            default_max_tokens: self.default_max_tokens,
+        }
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn serve(args: ServeArgs) -> Result<(), String> {
+    let scheduler_config = args.scheduler_config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ferrox-http")
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let result = runtime.block_on(serve_async(args, scheduler_config));
+    // A model still loading when a signal came keeps a blocking thread; do not wait for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Result<(), String> {
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!("listening on http://{local} (loading the model; /health is 503 until ready)");
+    let state = AppState::loading(args.server_config());
+    let grace = Duration::from_secs(args.shutdown_grace);
+    let mut server = tokio::spawn(ferrox_server::run(
+        listener,
+        state.clone(),
+        ferrox_server::shutdown_signal(),
+        grace,
+    ));
+    let load = {
+        let state = state.clone();
+        let args = args.clone();
+        tokio::task::spawn_blocking(move || load(&args, scheduler_config, &state))
+    };
+    tokio::select! {
+        loaded = load => {
+            let generator = loaded.map_err(|e| format!("loading failed: {e}"))??;
+            tracing::info!(
+                model = %generator.model_id,
+                context_tokens = generator.context_tokens,
+                "ready on http://{local}"
+            );
+            state.set_ready(generator);
+        }
+        finished = &mut server => {
+            tracing::info!("stopped while the model was loading");
+            return finished.map_err(|e| e.to_string())?.map_err(|e| e.to_string());
+        }
+    }
+    server
+        .await
+        .map_err(|e| format!("the server task failed: {e}"))?
+        .map_err(|e| format!("the server failed: {e}"))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Fetches (if needed) and loads the model, and starts its scheduler.
+fn load(
+    args: &ServeArgs,
+    scheduler: SchedulerConfig,
+    state: &AppState,
+) -> Result<Generator, String> {
+    let path = crate::resolve_model(args.model.clone())?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let model = Model::load(&path, threads).map_err(|e| format!("{}: {e}", path.display()))?;
+    Generator::start(
+        Arc::new(model),
+        &path,
+        scheduler,
+        &state.config,
+        Arc::clone(&state.metrics),
+    )
+}
+
+/// llama-server spells `--parallel` as `-np`, which is not a valid short flag for clap (one
+/// letter only). `main` can pass its arguments through this before parsing so that
+/// `ferrox serve -np 4` works: `Cli::parse_from(serve::llama_style_args(std::env::args_os()))`.
+pub fn llama_style_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    args.into_iter()
+        .map(|a| {
+            if a == "-np" {
+                OsString::from("--parallel")
+            } else {
+                a
+            }
+        })
+        .collect()
+}

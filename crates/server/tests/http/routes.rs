@@ -1,0 +1,170 @@
+//! The small routes, the fallbacks and the layers: health while loading and when ready,
+//! models, metrics, tokenize/detokenize, 404/405, and a panicking handler.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use ferrox_sched::SchedulerConfig;
+use ferrox_server::{app, with_layers, AppState, ServerConfig};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::common::{synthetic_state, tiny, TestServer};
+
+fn state() -> AppState {
+    synthetic_state(&tiny(), SchedulerConfig::default(), ServerConfig::default())
+}
+
+async fn body_json(r: axum::response::Response) -> Value {
+    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test]
+async fn health_is_503_while_loading_then_200() {
+    let loading = AppState::loading(ServerConfig::default());
+    for uri in ["/health", "/v1/models"] {
+        let r = app(loading.clone())
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+        assert_eq!(r.headers()["retry-after"], "1");
+        assert_eq!(body_json(r).await["error"]["code"], "model_loading");
+    }
+    let r = app(loading)
+        .oneshot(
+            Request::post("/v1/completions")
+                .body(Body::from(r#"{"prompt": "a"}"#))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    let server = TestServer::start(state()).await;
+    assert_eq!(server.get("/health").await, (200, r#"{"status":"ok"}"#.to_string()));
+}
+
+#[tokio::test]
+async fn models_lists_the_served_model() {
+    let server = TestServer::start(state()).await;
+    let (status, body) = server.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["id"], "synthetic");
+    assert_eq!(v["data"][0]["meta"]["n_ctx"], 512);
+    assert_eq!(server.get("/v1/models/synthetic").await.0, 200);
+    let (status, body) = server.get("/v1/models/gpt-4").await;
+    assert_eq!(status, 404);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found");
+    assert_eq!(v["error"]["param"], "model");
+}
+
+#[tokio::test]
+async fn tokenize_and_detokenize_round_trip() {
+    let server = TestServer::start(state()).await;
+    let (status, v) = server
+        .post("/tokenize", json!({"content": "hello world", "add_special": true}))
+        .await;
+    assert_eq!(status, 200);
+    let ids = v["tokens"].as_array().unwrap().clone();
+    assert_eq!(ids[0], 2, "add_special adds the model's BOS");
+    let (_, plain) = server.post("/tokenize", json!({"content": "hello world"})).await;
+    assert_eq!(plain["tokens"].as_array().unwrap().len(), ids.len() - 1);
+    let (_, pieces) = server
+        .post("/tokenize", json!({"content": "hello", "with_pieces": true}))
+        .await;
+    let joined: String = pieces["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["piece"].as_str().unwrap())
+        .collect();
+    assert_eq!(joined, "hello");
+    let (status, text) = server.post("/detokenize", json!({"tokens": plain["tokens"]})).await;
+    assert_eq!(status, 200);
+    assert_eq!(text["content"], "hello world");
+    let (status, e) = server.post("/detokenize", json!({"tokens": [1, 99999]})).await;
+    assert_eq!(status, 400);
+    assert_eq!(e["error"]["param"], "tokens[1]");
+    let (status, e) = server.post("/tokenize", json!({"content": "x", "add_bos": true})).await;
+    assert_eq!(status, 400);
+    assert_eq!(e["error"]["param"], "add_bos");
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_in_the_api_shape() {
+    let server = TestServer::start(state()).await;
+    let (status, body) = server.get("/v2/nothing").await;
+    assert_eq!(status, 404);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "not_found");
+    let (status, body) = server.get("/v1/completions").await;
+    assert_eq!(status, 405);
+    assert!(body.contains("method_not_allowed"), "{body}");
+}
+
+#[tokio::test]
+async fn a_panicking_handler_is_a_500_for_that_request_only() {
+    let state = state();
+    let routes = Router::new()
+        .route("/boom", get(|| async {
+            if std::hint::black_box(true) {
+                panic!("deliberate test panic");
+            }
+            "unreachable"
+        }))
+        .route("/fine", get(|| async { "fine" }));
+    let router = with_layers(routes, state.clone());
+    let r = router
+        .clone()
+        .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let v = body_json(r).await;
+    assert_eq!(v["error"]["code"], "internal_error");
+    assert!(!v["error"]["message"].as_str().unwrap().contains("deliberate"), "details stay in the log");
+    let r = router
+        .oneshot(Request::get("/fine").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(state.metrics.requests("/boom", 500), 1, "the panic was counted");
+}
+
+#[tokio::test]
+async fn metrics_expose_every_series() {
+    let server = TestServer::start(state()).await;
+    let (status, _) = server
+        .post("/v1/completions", json!({"prompt": "ab", "max_tokens": 3, "temperature": 0, "ignore_eos": true}))
+        .await;
+    assert_eq!(status, 200);
+    let _ = server.get("/nope").await;
+    // The scheduler publishes its numbers at the end of a tick, just after the last event.
+    let idle = |st: &ferrox_sched::SchedulerStatus| st.finished.length == 1 && st.blocks_free == st.blocks_total;
+    assert!(server.wait_for(std::time::Duration::from_secs(5), idle).await);
+    let (status, text) = server.get("/metrics").await;
+    assert_eq!(status, 200);
+    for series in [
+        "ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1",
+        "ferrox_requests_total{route=\"unmatched\",status=\"404\"} 1",
+        "ferrox_queue_depth 0",
+        "ferrox_sequences_running 0",
+        "ferrox_sequences_prefilling 0",
+        "ferrox_kv_blocks_used 0",
+        "ferrox_kv_blocks_free ",
+        "ferrox_prompt_tokens_total 3",
+        "ferrox_generation_tokens_total 3",
+        "ferrox_refusals_total{type=\"queue_full\"} 0",
+        "ferrox_time_to_first_token_seconds_count 1",
+        "ferrox_inter_token_latency_seconds_count 2",
+        "ferrox_request_duration_seconds_count 1",
+    ] {
+        assert!(text.contains(series), "missing {series:?} in\n{text}");
+    }
+}
