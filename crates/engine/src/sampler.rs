@@ -1,1 +1,646 @@
-//! Samplers (filled in by the scheduler work item).
+//! Seeded samplers: logits in, one token id out.
+//!
+//! A [`Sampler`] belongs to one request. It owns its parameters and its own random state,
+//! seeded from [`SamplingParams::seed`], so the token it picks depends only on the logits it
+//! is given, the request's history and that state, never on what else shares the batch. The
+//! scheduler relies on this: a request's output for a seed is the same alone and under load.
+//!
+//! # The order of the chain
+//! 1. `logit_bias` is added to the named tokens.
+//! 2. Penalties over the last `penalty_last_n` tokens of the history (prompt and generated
+//!    text alike): the repetition penalty divides a positive logit and multiplies a negative
+//!    one (the CTRL / llama.cpp rule, so it always pushes away), then `frequency_penalty × count`
+//!    and `presence_penalty` (once if present) are subtracted (the OpenAI rule).
+//! 3. Temperature 0 is greedy: a single pass for the argmax (lowest id wins ties); nothing
+//!    else in the chain can change which token that is, so nothing else runs.
+//! 4. Otherwise the logits are divided by the temperature, then top-k, then min-p (keep
+//!    tokens whose probability is at least `min_p` times the top one), then top-p (the smallest
+//!    set whose mass reaches `top_p`) cut the candidates, and one uniform draw picks among them.
+//!    Temperature comes first, as in vLLM and the OpenAI API, so `top_p` reads the distribution
+//!    the caller actually samples from.
+//!
+//! # Never a full sort of the vocabulary
+//! Gemma's vocabulary has 262,144 entries, and a per-token sort of it would cost more than a
+//! small model's whole decode step. Greedy is one pass. Top-k with a small `k` keeps a sorted
+//! run of the best `k` seen so far in one pass (an entry is inserted only if it beats the
+//! current k-th, which is rare after the first few thousand); a large `k` uses
+//! `select_nth_unstable`. Top-p selects in growing batches (64, 128, 256, ...): each round
+//! partially selects the next batch from what is left, sorts only that batch and stops as soon
+//! as the mass is reached, which for real distributions is within the first batch or two.
+//!
+//! # Log-probabilities
+//! [`logprobs`] reports the *model's* distribution (log-softmax of the raw logits, before bias,
+//! penalties and temperature), as vLLM does by default: what the model thought, not what the
+//! sampler did with it. Two passes (max, then sum of exponentials) and the same one-pass top-N.
+
+use std::cmp::Ordering;
+
+/// Everything a request may say about how to pick its tokens.
+///
+/// The defaults sample the plain model distribution (temperature 1, every filter off, no
+/// penalties) with seed 0; [`SamplingParams::greedy`] is the argmax.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Divides the logits before sampling; `0` means greedy (argmax). Finite, `>= 0`.
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens; `0` turns the filter off.
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability mass reaches `top_p`; in `(0, 1]`,
+    /// and `1` turns the filter off.
+    pub top_p: f32,
+    /// Keep tokens with probability at least `min_p` times the most likely one; in `[0, 1]`,
+    /// `0` turns the filter off.
+    pub min_p: f32,
+    /// `> 0`; `1` is off. Positive logits of recent tokens are divided by it, negative ones
+    /// multiplied.
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every token present in the window; in `[-2, 2]`.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per occurrence in the window; in `[-2, 2]`.
+    pub frequency_penalty: f32,
+    /// How many of the most recent history tokens the penalties look at. `usize::MAX` means
+    /// the whole history; `0` means none (penalties off).
+    pub penalty_last_n: usize,
+    /// `(token id, bias)` pairs added to the logits before anything else; each bias finite.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Seeds the request's own random state.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_last_n: 64,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+/// A sampling parameter outside its allowed range; names the parameter, the value and the
+/// range, so the server can repeat it to the client as is.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    #[error("{parameter} must be {expected}, got {value}")]
+    OutOfRange {
+        parameter: &'static str,
+        value: f64,
+        expected: &'static str,
+    },
+    #[error("logit_bias names token {token}, but the vocabulary has {vocab_size} tokens")]
+    BiasTokenOutOfVocab { token: u32, vocab_size: usize },
+}
+
+impl SamplingParams {
+    /// Argmax decoding: temperature 0, everything else at its default.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Checks every parameter against its range, and every `logit_bias` token against the
+    /// vocabulary, before the request reaches a sampler.
+    pub fn validate(&self, vocab_size: usize) -> Result<(), SamplingError> {
+        fn check(
+            parameter: &'static str,
+            value: f32,
+            expected: &'static str,
+            ok: impl Fn(f32) -> bool,
+        ) -> Result<(), SamplingError> {
+            if value.is_finite() && ok(value) {
+                Ok(())
+            } else {
+                Err(SamplingError::OutOfRange {
+                    parameter,
+                    value: f64::from(value),
+                    expected,
+                })
+            }
+        }
+        check("temperature", self.temperature, ">= 0", |v| v >= 0.0)?;
+        check("top_p", self.top_p, "in (0, 1]", |v| v > 0.0 && v <= 1.0)?;
+        check("min_p", self.min_p, "in [0, 1]", |v| {
+            (0.0..=1.0).contains(&v)
+        })?;
+        check("repetition_penalty", self.repetition_penalty, "> 0", |v| {
+            v > 0.0
+        })?;
+        let penalty_range = |v: f32| (-2.0..=2.0).contains(&v);
+        check(
+            "presence_penalty",
+            self.presence_penalty,
+            "in [-2, 2]",
+            penalty_range,
+        )?;
+        check(
+            "frequency_penalty",
+            self.frequency_penalty,
+            "in [-2, 2]",
+            penalty_range,
+        )?;
+        for &(token, bias) in &self.logit_bias {
+            if token as usize >= vocab_size {
+                return Err(SamplingError::BiasTokenOutOfVocab { token, vocab_size });
+            }
+            check("logit_bias", bias, "finite", |_| true)?;
+        }
+        Ok(())
+    }
+
+    fn has_penalties(&self) -> bool {
+        self.penalty_last_n > 0
+            && (self.repetition_penalty != 1.0
+                || self.presence_penalty != 0.0
+                || self.frequency_penalty != 0.0)
+    }
+}
+
+/// One request's sampler: its parameters, its random state and reusable scratch space.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Xoshiro256,
+    /// `(token id, logit or weight)` candidates, reused across calls.
+    candidates: Vec<(u32, f32)>,
+    /// The penalty window, sorted to count occurrences; reused across calls.
+    window: Vec<u32>,
+}
+
+impl Sampler {
+    /// A sampler for validated `params` (see [`SamplingParams::validate`]).
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = Xoshiro256::seed_from(params.seed);
+        Self {
+            params,
+            rng,
+            candidates: Vec::new(),
+            window: Vec::new(),
+        }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token. `logits` is one row of vocabulary logits; bias and penalties are
+    /// applied to it in place. `history` is every token of the sequence so far (prompt, then
+    /// generated), which the penalties read.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        assert!(!logits.is_empty(), "sampler invariant: an empty logits row");
+        for &(token, bias) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l += bias;
+            }
+        }
+        if self.params.has_penalties() {
+            self.apply_penalties(logits, history);
+        }
+        if self.params.temperature == 0.0 {
+            return argmax(logits);
+        }
+        self.sample_tempered(logits)
+    }
+
+    fn apply_penalties(&mut self, logits: &mut [f32], history: &[u32]) {
+        let n = self.params.penalty_last_n.min(history.len());
+        self.window.clear();
+        self.window.extend_from_slice(&history[history.len() - n..]);
+        self.window.sort_unstable();
+        let p = &self.params;
+        for run in self.window.chunk_by(|a, b| a == b) {
+            let Some(l) = logits.get_mut(run[0] as usize) else {
+                continue;
+            };
+            if *l > 0.0 {
+                *l /= p.repetition_penalty;
+            } else {
+                *l *= p.repetition_penalty;
+            }
+            *l -= run.len() as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+
+    fn sample_tempered(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let inv_t = 1.0 / p.temperature;
+        let cands = &mut self.candidates;
+        cands.clear();
+        if p.top_k > 0 && p.top_k < logits.len() {
+            top_n_by_logit(logits, p.top_k, cands);
+        } else {
+            cands.extend(
+                logits
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| !l.is_nan())
+                    .map(|(i, &l)| (i as u32, l)),
+            );
+        }
+        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY || cands.is_empty() {
+            // Every token was banned (bias -inf or NaN logits): fall back to the argmax rule.
+            return argmax(logits);
+        }
+        // Turn logits into unnormalised weights exp((l - max) / T), max weight exactly 1.
+        // A vanishing temperature makes (max - max) * inf a NaN: that token weighs 1.
+        for c in cands.iter_mut() {
+            let w = ((c.1 - max) * inv_t).exp();
+            c.1 = if w.is_nan() { 1.0 } else { w };
+        }
+        if p.min_p > 0.0 {
+            cands.retain(|c| c.1 >= p.min_p);
+        }
+        if p.top_p < 1.0 {
+            nucleus(cands, p.top_p);
+        }
+        let total: f64 = cands.iter().map(|c| f64::from(c.1)).sum();
+        let mut u = self.rng.next_f64() * total;
+        for &(id, w) in cands.iter() {
+            u -= f64::from(w);
+            if u < 0.0 {
+                return id;
+            }
+        }
+        // Rounding left a sliver at the end: the last candidate with any weight takes it.
+        cands
+            .iter()
+            .rev()
+            .find(|c| c.1 > 0.0)
+            .map_or(cands[0].0, |c| c.0)
+    }
+}
+
+/// Index of the largest logit in one pass; NaN never wins, the lowest id wins ties.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_l = f32::NEG_INFINITY;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best_l {
+            best = i;
+            best_l = l;
+        }
+    }
+    best as u32
+}
+
+/// Descending by value, then ascending by id: a total order, so selection is reproducible.
+fn by_value_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.partial_cmp(&a.1)
+        .unwrap_or(Ordering::Equal)
+        .then(a.0.cmp(&b.0))
+}
+
+/// Below this many, the best `n` are kept by insertion into a sorted run in one pass; above
+/// it, `select_nth_unstable` over a copy of the row.
+const INSERTION_TOP_N_MAX: usize = 128;
+
+/// Fills `out` with the `n` largest `(id, logit)` pairs, sorted best first (ties: lower id).
+/// NaN logits are never chosen. `n` must be at least 1.
+pub fn top_n_by_logit(logits: &[f32], n: usize, out: &mut Vec<(u32, f32)>) {
+    out.clear();
+    let n = n.min(logits.len());
+    if n == 0 {
+        return;
+    }
+    if n > INSERTION_TOP_N_MAX {
+        out.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_nan())
+                .map(|(i, &l)| (i as u32, l)),
+        );
+        if out.len() > n {
+            out.select_nth_unstable_by(n - 1, by_value_desc);
+            out.truncate(n);
+        }
+        out.sort_unstable_by(by_value_desc);
+        return;
+    }
+    for (i, &l) in logits.iter().enumerate() {
+        // Strictly greater: an equal logit at a higher id loses the tie.
+        if l.is_nan() || (out.len() == n && l <= out[n - 1].1) {
+            continue;
+        }
+        let at = out.partition_point(|c| c.1 >= l);
+        if out.len() == n {
+            out.pop();
+        }
+        out.insert(at, (i as u32, l));
+    }
+}
+
+/// Below this many weights, the nucleus search starts with a batch of this size.
+const NUCLEUS_FIRST_BATCH: usize = 64;
+
+/// Cuts `cands` (`(id, weight)`, any order) to the smallest best-first prefix whose weight
+/// reaches `top_p` of the total, leaving it sorted best first. Selects in doubling batches.
+fn nucleus(cands: &mut Vec<(u32, f32)>, top_p: f32) {
+    let n = cands.len();
+    let total: f64 = cands.iter().map(|c| f64::from(c.1)).sum();
+    let target = total * f64::from(top_p);
+    let mut done = 0;
+    let mut mass = 0.0f64;
+    while done < n {
+        let upto = n.min((2 * done).max(NUCLEUS_FIRST_BATCH));
+        let rest = &mut cands[done..];
+        if upto < n {
+            rest.select_nth_unstable_by(upto - done - 1, by_value_desc);
+        }
+        rest[..upto - done].sort_unstable_by(by_value_desc);
+        for i in done..upto {
+            mass += f64::from(cands[i].1);
+            if mass >= target {
+                cands.truncate(i + 1);
+                return;
+            }
+        }
+        done = upto;
+    }
+}
+
+/// The model's log-probabilities at one position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// log-softmax of the chosen token.
+    pub chosen: f32,
+    /// The `top_n` most likely tokens with their log-probabilities, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Log-softmax of `chosen` and the `top_n` best tokens of a raw logits row (before any
+/// sampling transform). Two passes over the row plus the one-pass top-N.
+pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> TokenLogprobs {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| !l.is_nan())
+        .map(|&l| f64::from(l - max).exp())
+        .sum();
+    let lse = f64::from(max) + sum.ln();
+    let to_lp = |l: f32| (f64::from(l) - lse) as f32;
+    let mut top = Vec::new();
+    if top_n > 0 {
+        top_n_by_logit(logits, top_n, &mut top);
+        for t in top.iter_mut() {
+            t.1 = to_lp(t.1);
+        }
+    }
+    TokenLogprobs {
+        chosen: to_lp(logits[chosen as usize]),
+        top,
+    }
+}
+
+/// xoshiro256++ seeded through SplitMix64: small, fast and fixed forever, so a seed means
+/// the same tokens on every build (a library RNG may change its stream between versions).
+#[derive(Debug, Clone)]
+struct Xoshiro256 {
+    s: [u64; 4],
+}
+
+impl Xoshiro256 {
+    fn seed_from(seed: u64) -> Self {
+        let mut x = seed;
+        let mut split_mix = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Self {
+            s: [split_mix(), split_mix(), split_mix(), split_mix()],
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let out = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        out
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn random_logits(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<f32> {
+        (0..n).map(|_| rng.gen_range(-8.0f32..8.0)).collect()
+    }
+
+    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
+        let mut p = SamplingParams::default();
+        f(&mut p);
+        p
+    }
+
+    #[test]
+    fn greedy_is_argmax_with_lowest_id_on_ties() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        let mut l = vec![0.0, 3.0, -1.0, 3.0, f32::NAN];
+        assert_eq!(s.sample(&mut l, &[]), 1);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+    }
+
+    #[test]
+    fn top_n_matches_a_full_sort() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for &n in &[1usize, 5, 40, 128, 129, 500] {
+            let mut l = random_logits(&mut rng, 3000);
+            (l[17], l[18], l[2999]) = (9.0, 9.0, 9.0); // ties at the top: lower id first
+            let mut reference: Vec<(u32, f32)> =
+                l.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
+            reference.sort_by(by_value_desc);
+            reference.truncate(n);
+            let mut got = Vec::new();
+            top_n_by_logit(&l, n, &mut got);
+            assert_eq!(got, reference, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn same_seed_same_tokens_and_different_seeds_differ() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let rows: Vec<Vec<f32>> = (0..50).map(|_| random_logits(&mut rng, 1000)).collect();
+        let run = |seed: u64| {
+            let mut s = Sampler::new(params(|p| {
+                p.seed = seed;
+                p.temperature = 1.5;
+            }));
+            rows.iter()
+                .map(|r| s.sample(&mut r.clone(), &[]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(42), run(42));
+        assert_ne!(run(42), run(43));
+    }
+
+    #[test]
+    fn top_k_one_and_tiny_top_p_are_greedy() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        for seed in 0..20 {
+            let l = random_logits(&mut rng, 5000);
+            let want = argmax(&l);
+            let mut k1 = Sampler::new(params(|p| {
+                p.top_k = 1;
+                p.seed = seed;
+            }));
+            assert_eq!(k1.sample(&mut l.clone(), &[]), want);
+            let mut p0 = Sampler::new(params(|p| {
+                p.top_p = 1e-6;
+                p.seed = seed;
+            }));
+            assert_eq!(p0.sample(&mut l.clone(), &[]), want);
+            let mut m1 = Sampler::new(params(|p| {
+                p.min_p = 1.0;
+                p.seed = seed;
+            }));
+            assert_eq!(m1.sample(&mut l.clone(), &[]), want);
+        }
+    }
+
+    #[test]
+    fn filters_only_ever_pick_allowed_tokens() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let l = random_logits(&mut rng, 2000);
+        let mut sorted: Vec<(u32, f32)> =
+            l.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
+        sorted.sort_by(by_value_desc);
+        let top10: Vec<u32> = sorted[..10].iter().map(|c| c.0).collect();
+        let mut s = Sampler::new(params(|p| p.top_k = 10));
+        for _ in 0..300 {
+            assert!(top10.contains(&s.sample(&mut l.clone(), &[])));
+        }
+        // top_p: the nucleus computed by a full sort.
+        let t = 0.7f32;
+        let w: Vec<f64> = sorted
+            .iter()
+            .map(|c| f64::from(c.1 - sorted[0].1).exp())
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut acc = 0.0;
+        let cut = w.iter().position(|x| {
+            acc += x;
+            acc >= total * f64::from(t)
+        });
+        let nucleus: Vec<u32> = sorted[..=cut.unwrap()].iter().map(|c| c.0).collect();
+        let mut s = Sampler::new(params(|p| p.top_p = t));
+        for _ in 0..300 {
+            assert!(nucleus.contains(&s.sample(&mut l.clone(), &[])));
+        }
+    }
+
+    #[test]
+    fn nucleus_spanning_several_batches_matches_full_sort() {
+        // A flat distribution: the nucleus needs most of the 1000 tokens.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        let l: Vec<f32> = (0..1000).map(|_| rng.gen_range(0.0f32..0.01)).collect();
+        let mut cands: Vec<(u32, f32)> = l
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i as u32, v.exp()))
+            .collect();
+        let mut reference = cands.clone();
+        reference.sort_by(by_value_desc);
+        nucleus(&mut cands, 0.9);
+        assert!(cands.len() > 800 && cands.len() < 1000, "{}", cands.len());
+        assert_eq!(cands[..], reference[..cands.len()]);
+    }
+
+    #[test]
+    fn temperature_sampling_follows_the_distribution() {
+        // Two tokens with logits ln 3 and 0: probabilities 3/4 and 1/4.
+        let l = vec![3f32.ln(), 0.0];
+        let mut s = Sampler::new(params(|p| p.seed = 9));
+        let n = 20_000;
+        let zeros = (0..n)
+            .filter(|_| s.sample(&mut l.clone(), &[]) == 0)
+            .count();
+        let frac = zeros as f64 / n as f64;
+        assert!((frac - 0.75).abs() < 0.015, "{frac}");
+    }
+
+    #[test]
+    fn penalties_and_bias_follow_their_rules() {
+        let p = params(|p| {
+            p.repetition_penalty = 2.0;
+            p.frequency_penalty = 0.5;
+            p.presence_penalty = 0.25;
+            p.penalty_last_n = 3;
+            p.logit_bias = vec![(4, 10.0)];
+            p.temperature = 0.0;
+        });
+        let mut s = Sampler::new(p);
+        let mut l = vec![4.0, -4.0, 1.0, 1.0, 0.0];
+        // Token 0 is outside the window of 3; 1 appears twice, 2 once.
+        let picked = s.sample(&mut l, &[0, 1, 1, 2]);
+        assert_eq!(l, vec![4.0, -8.0 - 1.0 - 0.25, 0.5 - 0.5 - 0.25, 1.0, 10.0]);
+        assert_eq!(picked, 4);
+    }
+
+    #[test]
+    fn validate_names_the_parameter() {
+        let bad = |f: fn(&mut SamplingParams), name: &str| {
+            let e = params(f).validate(10).unwrap_err();
+            match e {
+                SamplingError::OutOfRange { parameter, .. } => assert_eq!(parameter, name),
+                other => panic!("{other:?}"),
+            }
+        };
+        bad(|p| p.temperature = -0.1, "temperature");
+        bad(|p| p.temperature = f32::NAN, "temperature");
+        bad(|p| p.top_p = 0.0, "top_p");
+        bad(|p| p.min_p = 1.5, "min_p");
+        bad(|p| p.repetition_penalty = 0.0, "repetition_penalty");
+        bad(|p| p.presence_penalty = 3.0, "presence_penalty");
+        bad(|p| p.frequency_penalty = -2.5, "frequency_penalty");
+        bad(|p| p.logit_bias = vec![(1, f32::INFINITY)], "logit_bias");
+        let e = params(|p| p.logit_bias = vec![(10, 1.0)]).validate(10);
+        assert_eq!(
+            e,
+            Err(SamplingError::BiasTokenOutOfVocab {
+                token: 10,
+                vocab_size: 10
+            })
+        );
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "logit_bias names token 10, but the vocabulary has 10 tokens"
+        );
+        SamplingParams::default().validate(10).unwrap();
+    }
+
+    #[test]
+    fn logprobs_are_a_log_softmax() {
+        let l = vec![1.0f32, 2.0, 3.0, 3.0];
+        let lp = logprobs(&l, 0, 2);
+        let z: f64 = l.iter().map(|&x| f64::from(x).exp()).sum();
+        assert!((f64::from(lp.chosen) - (1.0 - z.ln())).abs() < 1e-6);
+        assert_eq!(lp.top.len(), 2);
+        assert_eq!((lp.top[0].0, lp.top[1].0), (2, 3));
+        assert!((f64::from(lp.top[0].1) - (3.0 - z.ln())).abs() < 1e-6);
+    }
+}

@@ -1,1 +1,49 @@
-//! The scheduler (filled in by the scheduler work item).
+//! The continuous-batching scheduler: one worker, one decode path, for every request.
+//!
+//! A request's path, each arrow a call you can follow:
+//! the server builds a [`GenerationRequest`] → [`SchedulerHandle::submit`] checks it against
+//! the [`Limits`] and takes a queue slot (or returns a typed [`Refusal`]) → the worker's tick
+//! drains cancels, admits from the queue with a [`KvLease`] on its blocks, plans the decode rows
+//! plus one prompt chunk, runs ONE [`StepModel::forward`], samples each row with its own
+//! seeded sampler and stop matcher, sends [`Event`]s → a finished row retires through one
+//! exit, which sends `Done` and drops the lease.
+//!
+//! Modules, one concept each:
+//! - [`config`]: the knobs ([`SchedulerConfig`]), and the `FERROX_CB_*` reader for `main`;
+//! - [`admission`]: the ceilings ([`Limits`]) and the refusals, in their order;
+//! - [`blocks`]: the KV block pool and the lease returned in `Drop`;
+//! - [`queue`]: the FIFO waiting queue and the slot counted until admission;
+//! - [`stop`]: the stop matcher (stop tokens, stop strings, withheld tails, UTF-8);
+//! - `row`: one request in the batch (tokens held vs. computed);
+//! - `worker`: the tick;
+//! - [`handle`]: `start`, `submit`, `cancel`, `status`, and the request stream;
+//! - [`status`]: the snapshot for metrics;
+//! - [`model`]: the narrow trait the scheduler sees a model through;
+//! - [`testkit`]: a fake model and a recording / gating probe, for tests.
+//!
+//! `docs/SCHEDULER.md` explains every rule and why it is that way.
+
+pub mod admission;
+pub mod blocks;
+pub mod config;
+mod engine_model;
+pub mod handle;
+pub mod model;
+pub mod queue;
+pub mod request;
+mod row;
+pub mod status;
+pub mod stop;
+pub mod testkit;
+mod worker;
+
+pub use admission::{InvalidRequest, Limits, Refusal};
+pub use blocks::{BlockPool, KvLease};
+pub use config::{ConfigError, KvBudget, SchedulerConfig};
+pub use handle::{Collected, RequestStream, Scheduler, SchedulerHandle};
+pub use model::StepModel;
+pub use request::{
+    Completion, Event, FinishReason, GenerationRequest, RequestId, SamplingParams, StopConfig,
+    StopMatch, TokenEvent, Usage,
+};
+pub use status::SchedulerStatus;

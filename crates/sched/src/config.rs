@@ -1,0 +1,208 @@
+//! The scheduler's knobs: one plain struct, built by the caller.
+//!
+//! Tests build [`SchedulerConfig`] directly: parallel tests race on the process environment,
+//! so nothing in this crate reads it except [`SchedulerConfig::from_env`], which the binary
+//! calls once at start-up (and which is itself a thin wrapper over
+//! [`SchedulerConfig::from_lookup`], tested with a map instead of the environment).
+
+use std::num::ParseIntError;
+
+/// How the KV cache is sized: a block count, or a byte budget divided by the bytes of one
+/// block (from the model's `KvShape`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvBudget {
+    Blocks(usize),
+    Bytes(u64),
+}
+
+/// Continuous-batching knobs. Each field names its environment variable (read only by
+/// [`SchedulerConfig::from_env`]) and says why its default is what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Most sequences in flight (prefilling ones count). `FERROX_CB_MAX_SEQS`, default 16:
+    /// on a 2-core CPU aggregate decode throughput keeps growing up to about 16 parallel
+    /// sequences (llama-batched-bench: 40 tok/s at 1, 104 at 16) while each sequence slows.
+    pub max_seqs: usize,
+    /// Most prompt tokens prefilled per tick, which is also the most a prompt joining the
+    /// batch delays the running decodes. `FERROX_CB_PREFILL_CHUNK`, default 64: see
+    /// docs/SCHEDULER.md for the measurement behind it.
+    pub prefill_chunk_tokens: usize,
+    /// Most requests waiting for admission; one more is refused with `QueueFull`.
+    /// `FERROX_CB_MAX_QUEUE`, default 256: a few minutes of work at 16-way batching, after
+    /// which a client is better told to retry than left waiting.
+    pub max_queue: usize,
+    /// Token positions per KV block. `FERROX_CB_KV_BLOCK_SIZE`, default 16: small enough that
+    /// rounding wastes little (under 16 positions per request), large enough that block tables
+    /// stay short.
+    pub kv_block_size_tokens: usize,
+    /// The KV cache size. `FERROX_CB_KV_BLOCKS` sets a block count, `FERROX_CB_KV_BUDGET_BYTES`
+    /// a byte budget; default 1 GiB, which holds one full 32k-token context of Gemma 3 270M
+    /// (18,432 bytes per position) or many shorter ones, within a small share of a 24 GB host.
+    pub kv_budget: KvBudget,
+    /// Longest prompt + max_tokens accepted. `FERROX_CB_MAX_CONTEXT`, default `None`: the
+    /// model's trained context. A larger value is capped at the trained context.
+    pub max_context_tokens: Option<usize>,
+    /// A status line is logged every this many decode steps (0: never). Default 256.
+    pub log_every_decode_steps: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_seqs: 16,
+            prefill_chunk_tokens: 64,
+            max_queue: 256,
+            kv_block_size_tokens: 16,
+            kv_budget: KvBudget::Bytes(1 << 30),
+            max_context_tokens: None,
+            log_every_decode_steps: 256,
+        }
+    }
+}
+
+/// A knob that cannot work; names it and the value given.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field} must be at least 1, got {value}")]
+    Zero { field: &'static str, value: usize },
+    #[error("environment variable {var}={value:?} is not a number: {source}")]
+    NotANumber {
+        var: &'static str,
+        value: String,
+        source: ParseIntError,
+    },
+    #[error("the KV budget of {budget_bytes} bytes holds no block of {bytes_per_block} bytes")]
+    BudgetBelowOneBlock {
+        budget_bytes: u64,
+        bytes_per_block: u64,
+    },
+    #[error("could not start the scheduler worker thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+impl SchedulerConfig {
+    /// The defaults, overridden by any `FERROX_CB_*` variable that is set.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    /// The defaults, overridden by whatever `lookup` returns for each variable name.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let number = |var: &'static str| -> Result<Option<u64>, ConfigError> {
+            match lookup(var) {
+                None => Ok(None),
+                Some(value) => match value.trim().parse::<u64>() {
+                    Ok(n) => Ok(Some(n)),
+                    Err(source) => Err(ConfigError::NotANumber { var, value, source }),
+                },
+            }
+        };
+        let mut c = Self::default();
+        if let Some(n) = number("FERROX_CB_MAX_SEQS")? {
+            c.max_seqs = n as usize;
+        }
+        if let Some(n) = number("FERROX_CB_PREFILL_CHUNK")? {
+            c.prefill_chunk_tokens = n as usize;
+        }
+        if let Some(n) = number("FERROX_CB_MAX_QUEUE")? {
+            c.max_queue = n as usize;
+        }
+        if let Some(n) = number("FERROX_CB_KV_BLOCK_SIZE")? {
+            c.kv_block_size_tokens = n as usize;
+        }
+        if let Some(n) = number("FERROX_CB_KV_BUDGET_BYTES")? {
+            c.kv_budget = KvBudget::Bytes(n);
+        }
+        if let Some(n) = number("FERROX_CB_KV_BLOCKS")? {
+            c.kv_budget = KvBudget::Blocks(n as usize);
+        }
+        if let Some(n) = number("FERROX_CB_MAX_CONTEXT")? {
+            c.max_context_tokens = Some(n as usize);
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Every count that must be positive is. (A `max_queue` of 0 is allowed: no waiting,
+    /// a request is admitted at once or refused.)
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("max_seqs", self.max_seqs),
+            ("prefill_chunk_tokens", self.prefill_chunk_tokens),
+            ("kv_block_size_tokens", self.kv_block_size_tokens),
+            ("max_context_tokens", self.max_context_tokens.unwrap_or(1)),
+            (
+                "kv_budget (blocks)",
+                match self.kv_budget {
+                    KvBudget::Blocks(n) => n,
+                    KvBudget::Bytes(_) => 1,
+                },
+            ),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::Zero { field, value });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<SchedulerConfig, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        SchedulerConfig::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn variables_override_defaults() {
+        assert_eq!(from(&[]).unwrap(), SchedulerConfig::default());
+        let c = from(&[
+            ("FERROX_CB_MAX_SEQS", "4"),
+            ("FERROX_CB_PREFILL_CHUNK", "32"),
+            ("FERROX_CB_MAX_QUEUE", "0"),
+            ("FERROX_CB_KV_BLOCK_SIZE", "8"),
+            ("FERROX_CB_KV_BLOCKS", "100"),
+            ("FERROX_CB_MAX_CONTEXT", " 2048 "),
+        ])
+        .unwrap();
+        assert_eq!(
+            c,
+            SchedulerConfig {
+                max_seqs: 4,
+                prefill_chunk_tokens: 32,
+                max_queue: 0,
+                kv_block_size_tokens: 8,
+                kv_budget: KvBudget::Blocks(100),
+                max_context_tokens: Some(2048),
+                log_every_decode_steps: 256,
+            }
+        );
+        let c = from(&[("FERROX_CB_KV_BUDGET_BYTES", "1000000")]).unwrap();
+        assert_eq!(c.kv_budget, KvBudget::Bytes(1_000_000));
+    }
+
+    #[test]
+    fn bad_values_name_the_knob() {
+        let e = from(&[("FERROX_CB_MAX_SEQS", "lots")]).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::NotANumber {
+                var: "FERROX_CB_MAX_SEQS",
+                ..
+            }
+        ));
+        let e = from(&[("FERROX_CB_PREFILL_CHUNK", "0")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "prefill_chunk_tokens must be at least 1, got 0"
+        );
+    }
+}

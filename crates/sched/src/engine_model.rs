@@ -1,0 +1,41 @@
+//! [`StepModel`] for the engine's [`Model`]: every method is a direct call, nothing is
+//! adapted. End-of-generation and token text come from the model's tokenizer; the text of a
+//! control token is empty (llama.cpp's `special = false` rendering), so a control token that
+//! is not a stop token adds nothing to the output.
+
+use ferrox_engine::{EngineError, KvCache, KvShape, Model, SeqChunk};
+
+use crate::model::StepModel;
+
+impl StepModel for Model {
+    type Kv = KvCache;
+    type Error = EngineError;
+
+    fn kv_shape(&self) -> KvShape {
+        Model::kv_shape(self)
+    }
+
+    fn vocab_size(&self) -> usize {
+        Model::vocab_size(self)
+    }
+
+    fn max_context(&self) -> usize {
+        Model::max_context(self)
+    }
+
+    fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> KvCache {
+        self.new_kv_cache(block_size_tokens, n_blocks)
+    }
+
+    fn forward(&self, kv: &mut KvCache, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, EngineError> {
+        self.forward_multi_seq(kv, chunks)
+    }
+
+    fn is_eog(&self, id: u32) -> bool {
+        self.tokenizer().is_eog(id)
+    }
+
+    fn token_bytes(&self, id: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.tokenizer().token_bytes(id));
+    }
+}

@@ -1,0 +1,38 @@
+//! The narrow view the scheduler has of a model: [`StepModel`].
+//!
+//! The scheduler needs six things from a model: its KV geometry (for the byte arithmetic of
+//! admission), its vocabulary size (to validate requests), its trained context, a KV cache of
+//! a given number of blocks, ONE forward over a batch of [`SeqChunk`]s, and per-token facts
+//! for the stop matcher (end-of-generation? which bytes does it add?). Everything else about
+//! the model stays on its side of this trait, which is why the scheduler can be tested against
+//! [`crate::testkit::FakeModel`] — a model whose "attention" reads every position of its
+//! sequence back from its KV blocks, so any batching or block-table mistake shows up — and
+//! run in production against `ferrox_engine::Model` without a line of difference.
+
+use ferrox_engine::kv::{KvShape, SeqChunk};
+
+/// A model the scheduler can step. Shared as `Arc<M>` between the handle (which reads its
+/// geometry to refuse requests) and the one worker thread (which runs it).
+pub trait StepModel: Send + Sync + 'static {
+    /// The model's KV cache, owned by the worker thread.
+    type Kv: Send + 'static;
+    /// What a failed forward reports; its text reaches the affected requests as
+    /// `FinishReason::Error`.
+    type Error: std::fmt::Display;
+
+    /// Bytes of one token position in the KV cache.
+    fn kv_shape(&self) -> KvShape;
+    fn vocab_size(&self) -> usize;
+    /// The context length the model was trained for, in tokens.
+    fn max_context(&self) -> usize;
+    /// A cache of `n_blocks` blocks of `block_size_tokens` positions each, ids `0..n_blocks`.
+    fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> Self::Kv;
+    /// One step over every chunk: writes each chunk's K/V into its blocks and returns one row
+    /// of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat.
+    fn forward(&self, kv: &mut Self::Kv, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, Self::Error>;
+    /// Whether `id` ends generation (EOS, end-of-turn): a stop token unless `ignore_eos`.
+    fn is_eog(&self, id: u32) -> bool;
+    /// Appends the bytes token `id` adds to the output text (possibly part of a UTF-8
+    /// character).
+    fn token_bytes(&self, id: u32, out: &mut Vec<u8>);
+}

@@ -1,0 +1,114 @@
+//! What goes in ([`GenerationRequest`]) and what comes out ([`Event`]) of the scheduler.
+//!
+//! The request is already tokenized and protocol-free: the server turns its wire format
+//! (OpenAI completions, chat, ...) into one of these, and encodes the events back. A stream of
+//! events is some [`Event::Token`]s then exactly one [`Event::Done`]; the concatenation of
+//! every `Token::text` and the final `Done::flushed_text` is `Completion::text`.
+
+pub use ferrox_engine::sampler::SamplingParams;
+
+/// Names one request for its whole life. Assigned by the handle at submission, unique per
+/// scheduler, never reused. Rows in the batch are keyed by it, never by batch position.
+pub type RequestId = u64;
+
+/// One generation, ready to schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    /// The prompt, tokenized (BOS included if the model wants one). Must not be empty.
+    pub prompt_ids: Vec<u32>,
+    /// Most tokens to generate; at least 1. `prompt + max_tokens` is what the context and the
+    /// KV budget are checked against.
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop: StopConfig,
+    /// Report the chosen token's log-probability and the `n` most likely alternatives with
+    /// every token (`Some(0)`: only the chosen one).
+    pub logprobs: Option<usize>,
+}
+
+impl GenerationRequest {
+    /// A greedy request with no stop strings and no logprobs.
+    pub fn greedy(prompt_ids: Vec<u32>, max_tokens: usize) -> Self {
+        Self {
+            prompt_ids,
+            max_tokens,
+            sampling: SamplingParams::greedy(),
+            stop: StopConfig::default(),
+            logprobs: None,
+        }
+    }
+}
+
+/// When to stop before `max_tokens`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StopConfig {
+    /// Stop when the output text contains one of these; the match and anything after it are
+    /// not emitted. Empty strings are ignored.
+    pub stop_strings: Vec<String>,
+    /// Stop on these token ids, in addition to the model's end-of-generation tokens.
+    pub stop_token_ids: Vec<u32>,
+    /// Do not stop on the model's end-of-generation tokens (`stop_token_ids` still apply).
+    pub ignore_eos: bool,
+}
+
+/// One message on a request's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Token(TokenEvent),
+    Done(Completion),
+}
+
+/// A generated token that was not a stop token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// The text this token releases, which may be empty (bytes of an unfinished UTF-8
+    /// character, or a tail that could still become a stop string, are held back until they
+    /// are decided) or longer than the token (it releases what earlier tokens held back).
+    pub text: String,
+    /// log-softmax of the model's raw logits for this token, if logprobs were asked for.
+    pub logprob: Option<f32>,
+    /// The most likely tokens at this position with their log-probabilities, best first.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// The last message of every stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub finish_reason: FinishReason,
+    /// What ended it, when `finish_reason` is `Stop`.
+    pub stopped_by: Option<StopMatch>,
+    pub usage: Usage,
+    /// Every sampled token, including a stop token that ended generation.
+    pub token_ids: Vec<u32>,
+    /// The whole output text (stop string and what follows it excluded).
+    pub text: String,
+    /// Text held back until the end and released by it (a tail that never became a stop
+    /// string); a streaming client sends it after the last token.
+    pub flushed_text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token or a stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// Cancelled by the caller, or the stream was dropped.
+    Cancelled,
+    /// The model failed or the worker panicked; the text says which.
+    Error(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopMatch {
+    TokenId(u32),
+    String(String),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Tokens sampled, a final stop token included.
+    pub completion_tokens: usize,
+}

@@ -1,0 +1,354 @@
+//! The worker: one thread that owns the batch, the KV cache and the block pool, and runs the
+//! tick. Nothing else ever touches them, so there is no lock on the batch and no second
+//! decode path: a single request is a batch of one.
+//!
+//! One tick, in this order (docs/SCHEDULER.md says why each rule is what it is):
+//! 1. **drain the inbox**: new requests join the queue, cancels are honoured wherever the
+//!    request is (queued: removed; in the batch: retired) before anything else runs, so a
+//!    cancelled prompt never gets another chunk;
+//! 2. **admit** from the front of the queue while a row is free (`max_seqs`) and the front
+//!    request's blocks can be leased; stop at the first that cannot (strict FIFO);
+//! 3. **plan**: every decoding row contributes its one new token; ONE prompt chunk of at most
+//!    `prefill_chunk_tokens` comes from the next prefilling row in round-robin order;
+//! 4. **forward**: one model call carries the decode rows and the prompt chunk together;
+//! 5. **sample, stop, deliver**: each row that got logits samples with its own sampler, runs
+//!    its stop matcher and sends its token;
+//! 6. **retire** finished rows through [`Worker::retire`], the one exit, which sends `Done` and
+//!    drops the row with its KV lease.
+//!
+//! Only a worker with no rows and no queue blocks on the inbox. A panic anywhere in a tick is
+//! caught in [`Worker::run`]: every request the worker holds gets `FinishReason::Error`, and the
+//! worker carries on with an empty batch (the KV cache and pool stay: every block came back
+//! when the rows dropped, and a block's old contents are always overwritten before they are
+//! read).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::admission::Limits;
+use crate::blocks::BlockPool;
+use crate::model::StepModel;
+use crate::queue::{Pending, WaitQueue};
+use crate::request::{FinishReason, RequestId};
+use crate::row::{finish_pending, Finish, Row};
+use crate::status::{Shared, WorkerStats};
+
+/// A message to the worker. Cancels travel the same channel as submissions, so a cancel is
+/// always seen after the submission it names.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Submit(Box<Pending>),
+    Cancel(RequestId),
+}
+
+pub(crate) struct Worker<M: StepModel> {
+    model: Arc<M>,
+    limits: Limits,
+    prefill_chunk_tokens: usize,
+    log_every_decode_steps: u64,
+    kv: M::Kv,
+    pool: BlockPool,
+    queue: WaitQueue,
+    /// The batch, keyed by request id.
+    rows: HashMap<RequestId, Row>,
+    /// Row ids in admission order: decode rows are planned in this order, and prefill
+    /// round-robin walks it.
+    order: Vec<RequestId>,
+    /// The row that got the last prompt chunk; the next chunk goes to the next prefilling row
+    /// after it in `order`.
+    last_prefilled: Option<RequestId>,
+    stats: WorkerStats,
+    shared: Arc<Shared>,
+    /// Scratch reused every step: raw logits of one row, and one token's bytes.
+    raw_logits: Vec<f32>,
+    token_bytes: Vec<u8>,
+    last_log: (Instant, u64),
+}
+
+impl<M: StepModel> Worker<M> {
+    pub(crate) fn new(
+        model: Arc<M>,
+        limits: Limits,
+        prefill_chunk_tokens: usize,
+        log_every_decode_steps: u64,
+        shared: Arc<Shared>,
+    ) -> Self {
+        let kv = model.new_kv(limits.block_size_tokens, limits.total_blocks);
+        let pool = BlockPool::new(limits.total_blocks);
+        let stats = WorkerStats {
+            blocks_total: limits.total_blocks,
+            blocks_free: limits.total_blocks,
+            ..WorkerStats::default()
+        };
+        Self {
+            model,
+            limits,
+            prefill_chunk_tokens,
+            log_every_decode_steps,
+            kv,
+            pool,
+            queue: WaitQueue::default(),
+            rows: HashMap::new(),
+            order: Vec::new(),
+            last_prefilled: None,
+            stats,
+            shared,
+            raw_logits: Vec::new(),
+            token_bytes: Vec::new(),
+            last_log: (Instant::now(), 0),
+        }
+    }
+
+    /// Serves until every sender (handles and streams) is gone and no work is left,
+    /// recovering from panics.
+    pub(crate) fn run(mut self, inbox: Receiver<Command>) {
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| self.serve(&inbox))) {
+                Ok(()) => return,
+                Err(payload) => {
+                    let msg = format!("scheduler worker panicked: {}", panic_text(&*payload));
+                    tracing::error!("{msg}; failing every request it held and restarting");
+                    self.fail_everything(&msg);
+                    self.stats.worker_restarts += 1;
+                    self.publish();
+                }
+            }
+        }
+    }
+
+    fn serve(&mut self, inbox: &Receiver<Command>) {
+        loop {
+            if self.rows.is_empty() && self.queue.is_empty() {
+                self.publish();
+                match inbox.recv() {
+                    Ok(cmd) => self.accept(cmd),
+                    Err(_) => return, // nobody can send work any more
+                }
+            }
+            // Disconnected just means no new work: finish what is here.
+            while let Ok(cmd) = inbox.try_recv() {
+                self.accept(cmd);
+            }
+            self.admit();
+            self.step();
+            self.publish();
+        }
+    }
+
+    fn accept(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(p) => self.queue.push(*p),
+            Command::Cancel(id) => self.cancel(id),
+        }
+    }
+
+    /// Honours a cancel wherever the request is; an unknown id (already finished) is ignored.
+    fn cancel(&mut self, id: RequestId) {
+        if self.rows.contains_key(&id) {
+            self.retire(id, Finish::new(FinishReason::Cancelled));
+        } else if let Some(p) = self.queue.remove(id) {
+            self.stats.finished.cancelled += 1;
+            finish_pending(p, FinishReason::Cancelled);
+        }
+    }
+
+    /// Strict FIFO: admits from the front while the front fits, stops at the first that
+    /// does not. A refused-at-submit request never gets here, so on an empty batch the front
+    /// always fits and an idle worker never spins.
+    fn admit(&mut self) {
+        while self.rows.len() < self.limits.max_seqs {
+            let Some(front) = self.queue.front() else {
+                return;
+            };
+            let Ok(lease) = self.pool.lease(front.blocks_needed) else {
+                return;
+            };
+            let pending = self.queue.pop_front().expect("front was just seen");
+            let row = Row::admit(pending, lease);
+            self.order.push(row.id);
+            self.rows.insert(row.id, row);
+            self.stats.requests_admitted += 1;
+        }
+    }
+
+    /// The next prefilling row after the last one served, in admission order, wrapping.
+    fn next_prefill(&self) -> Option<RequestId> {
+        let start = self
+            .last_prefilled
+            .and_then(|last| self.order.iter().position(|&id| id == last))
+            .map_or(0, |i| i + 1);
+        let n = self.order.len();
+        (0..n)
+            .map(|k| self.order[(start + k) % n])
+            .find(|id| self.rows[id].is_prefilling())
+    }
+
+    /// Plans, runs ONE forward over the decode rows and one prompt chunk, then samples,
+    /// delivers and retires.
+    fn step(&mut self) {
+        let decoding: Vec<RequestId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|id| self.rows[id].is_decoding())
+            .collect();
+        let prefill = self.next_prefill();
+        if decoding.is_empty() && prefill.is_none() {
+            return;
+        }
+        // Plan: decode rows first, then the prompt chunk. `advance` lists every chunk's row
+        // and length; `sampled` the rows whose logits come back, in chunk order.
+        let mut chunks = Vec::with_capacity(decoding.len() + 1);
+        let mut advance = Vec::with_capacity(decoding.len() + 1);
+        let mut sampled = Vec::with_capacity(decoding.len() + 1);
+        let mut prefill_tokens = 0;
+        for &id in decoding.iter().chain(prefill.iter()) {
+            let chunk = if Some(id) == prefill {
+                let chunk = self.rows[&id].next_chunk(self.prefill_chunk_tokens);
+                prefill_tokens = chunk.tokens.len();
+                chunk
+            } else {
+                self.rows[&id].next_chunk(1)
+            };
+            advance.push((id, chunk.tokens.len()));
+            if chunk.want_logits {
+                sampled.push(id);
+            }
+            chunks.push(chunk);
+        }
+        let result = self.model.forward(&mut self.kv, &chunks);
+        drop(chunks);
+        self.last_prefilled = prefill.or(self.last_prefilled);
+        self.stats.steps += 1;
+        let vocab = self.limits.vocab_size;
+        let mut logits = match result {
+            Ok(l) if l.len() == sampled.len() * vocab => l,
+            Ok(l) => {
+                let msg = format!(
+                    "model returned {} logits for {} rows of {vocab}",
+                    l.len(),
+                    sampled.len()
+                );
+                return self.fail_rows(advance.iter().map(|a| a.0), &msg);
+            }
+            Err(e) => {
+                let msg = format!("forward failed: {e}");
+                return self.fail_rows(advance.iter().map(|a| a.0), &msg);
+            }
+        };
+        for &(id, n) in &advance {
+            self.rows
+                .get_mut(&id)
+                .expect("planned rows are in the batch")
+                .advance(n);
+        }
+        self.stats.tokens_decoded += decoding.len() as u64;
+        self.stats.tokens_prefilled += prefill_tokens as u64;
+        if !decoding.is_empty() {
+            self.stats.decode_steps += 1;
+            self.maybe_log();
+        }
+        for (id, row_logits) in sampled.iter().zip(logits.chunks_exact_mut(vocab)) {
+            let row = self
+                .rows
+                .get_mut(id)
+                .expect("sampled rows are in the batch");
+            let outcome = row.accept(
+                row_logits,
+                &*self.model,
+                &mut self.raw_logits,
+                &mut self.token_bytes,
+            );
+            if let Some(finish) = outcome {
+                self.retire(*id, finish);
+            }
+        }
+    }
+
+    /// The one exit from the batch: sends `Done`, drops the row and with it the KV lease.
+    fn retire(&mut self, id: RequestId, finish: Finish) {
+        let Some(row) = self.rows.remove(&id) else {
+            return;
+        };
+        self.order.retain(|&o| o != id);
+        let f = &mut self.stats.finished;
+        match finish.reason {
+            FinishReason::Stop => f.stop += 1,
+            FinishReason::Length => f.length += 1,
+            FinishReason::Cancelled => f.cancelled += 1,
+            FinishReason::Error(_) => f.error += 1,
+        }
+        row.finish(finish);
+    }
+
+    fn fail_rows(&mut self, ids: impl Iterator<Item = RequestId>, msg: &str) {
+        tracing::error!("{msg}");
+        let ids: Vec<RequestId> = ids.collect();
+        for id in ids {
+            self.retire(id, Finish::new(FinishReason::Error(msg.to_owned())));
+        }
+    }
+
+    /// After a panic: every row and every queued request gets the error.
+    fn fail_everything(&mut self, msg: &str) {
+        let ids = self.order.clone();
+        for id in ids {
+            self.retire(id, Finish::new(FinishReason::Error(msg.to_owned())));
+        }
+        // Rows the panic left half-registered (in the map, not yet in the order).
+        let stray: Vec<RequestId> = self.rows.keys().copied().collect();
+        for id in stray {
+            self.retire(id, Finish::new(FinishReason::Error(msg.to_owned())));
+        }
+        for p in self.queue.drain() {
+            self.stats.finished.error += 1;
+            finish_pending(p, FinishReason::Error(msg.to_owned()));
+        }
+        self.last_prefilled = None;
+    }
+
+    fn publish(&mut self) {
+        let s = &mut self.stats;
+        s.running = self.rows.values().filter(|r| !r.is_prefilling()).count();
+        s.prefilling = self.rows.len() - s.running;
+        s.blocks_free = self.pool.free_blocks();
+        s.blocks_peak_used = self.pool.peak_used_blocks();
+        self.shared.publish(&self.stats);
+    }
+
+    fn maybe_log(&mut self) {
+        let every = self.log_every_decode_steps;
+        // Every `every` steps; never when `every` is 0.
+        if self.stats.decode_steps.checked_rem(every) != Some(0) {
+            return;
+        }
+        let (since, decoded_then) = self.last_log;
+        let secs = since.elapsed().as_secs_f64().max(1e-9);
+        let tok_s = (self.stats.tokens_decoded - decoded_then) as f64 / secs;
+        tracing::info!(
+            decode_steps = self.stats.decode_steps,
+            running = self.rows.values().filter(|r| !r.is_prefilling()).count(),
+            prefilling = self.rows.values().filter(|r| r.is_prefilling()).count(),
+            queued = self.queue.len(),
+            blocks_free = self.pool.free_blocks(),
+            blocks_total = self.limits.total_blocks,
+            decode_tok_s = format_args!("{tok_s:.1}"),
+            "scheduler"
+        );
+        self.last_log = (Instant::now(), self.stats.tokens_decoded);
+    }
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "(non-string panic payload)"
+    }
+}

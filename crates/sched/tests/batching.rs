@@ -1,0 +1,50 @@
+//! Batching never changes a number: batched == sequential, chunk size is invisible, and a
+//! seed means the same tokens under any load. On the fake model, whose logits depend on every
+//! token of the sequence as read back from its KV blocks.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::props::{self, Spec};
+use ferrox_sched::testkit::{FakeModel, Probe};
+
+fn spec() -> Spec {
+    Spec {
+        vocab: FakeModel::VOCAB as u32,
+        avoid: vec![FakeModel::ERROR, FakeModel::POISON],
+        requests: 24,
+        max_prompt: 40,
+        max_new: 24,
+        // The whole vocabulary: every logit, as a log-softmax, compared bit for bit.
+        logprobs: Some(FakeModel::VOCAB),
+        kv_blocks: 48,
+    }
+}
+
+#[test]
+fn batched_equals_sequential_under_random_arrivals_and_cancels() {
+    let model = Arc::new(Probe::recording(FakeModel::hash()));
+    let mut cancelled = 0;
+    for seed in 0..8 {
+        cancelled += props::batched_equals_sequential(Arc::clone(&model), &spec(), seed);
+    }
+    assert!(cancelled > 10, "too few cancels exercised: {cancelled}");
+}
+
+#[test]
+fn chunk_sizes_1_7_128_and_whole_prompt_agree() {
+    let spec = Spec {
+        requests: 6,
+        max_prompt: 300,
+        max_new: 8,
+        kv_blocks: 400,
+        ..spec()
+    };
+    props::chunk_sizes_agree(Arc::new(FakeModel::hash()), &spec, 1);
+}
+
+#[test]
+fn a_seed_gives_the_same_tokens_alone_and_under_load() {
+    props::seed_is_independent_of_load(Arc::new(FakeModel::hash()), &spec(), 2);
+}

@@ -1,0 +1,170 @@
+//! Helpers shared by the scheduler's integration tests.
+#![allow(dead_code)] // each test file uses its own subset
+
+pub mod props;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrox_sched::testkit::ChunkRecord;
+use ferrox_sched::{
+    Collected, GenerationRequest, KvBudget, SamplingParams, Scheduler, SchedulerConfig,
+    SchedulerHandle, StepModel, StopConfig, TokenEvent,
+};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// A config with small blocks and logging off; tests adjust the rest.
+pub fn config(max_seqs: usize, prefill_chunk_tokens: usize, kv_blocks: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        max_seqs,
+        prefill_chunk_tokens,
+        max_queue: 10_000,
+        kv_block_size_tokens: 4,
+        kv_budget: KvBudget::Blocks(kv_blocks),
+        max_context_tokens: None,
+        log_every_decode_steps: 0,
+    }
+}
+
+/// A random request over `vocab` (avoiding `avoid`): greedy or seeded sampling with random
+/// filters and penalties, random stop settings, full logprobs when `logprobs` is set.
+pub fn random_request(
+    rng: &mut StdRng,
+    vocab: u32,
+    avoid: &[u32],
+    max_prompt: usize,
+    max_new: usize,
+    logprobs: Option<usize>,
+) -> GenerationRequest {
+    let prompt_len = rng.gen_range(1..=max_prompt);
+    let prompt_ids = (0..prompt_len)
+        .map(|_| loop {
+            let t = rng.gen_range(0..vocab);
+            if !avoid.contains(&t) {
+                break t;
+            }
+        })
+        .collect();
+    let sampling = if rng.gen_bool(0.3) {
+        SamplingParams::greedy()
+    } else {
+        SamplingParams {
+            temperature: rng.gen_range(0.3..1.5),
+            top_k: if rng.gen_bool(0.5) {
+                rng.gen_range(1..40)
+            } else {
+                0
+            },
+            top_p: if rng.gen_bool(0.5) {
+                rng.gen_range(0.3..1.0)
+            } else {
+                1.0
+            },
+            min_p: if rng.gen_bool(0.3) { 0.05 } else { 0.0 },
+            repetition_penalty: if rng.gen_bool(0.3) { 1.3 } else { 1.0 },
+            presence_penalty: if rng.gen_bool(0.3) { 0.5 } else { 0.0 },
+            frequency_penalty: if rng.gen_bool(0.3) { 0.3 } else { 0.0 },
+            penalty_last_n: 16,
+            logit_bias: if rng.gen_bool(0.2) {
+                vec![(5, 2.0)]
+            } else {
+                vec![]
+            },
+            seed: rng.gen(),
+        }
+    };
+    GenerationRequest {
+        prompt_ids,
+        max_tokens: rng.gen_range(1..=max_new),
+        sampling,
+        stop: StopConfig {
+            stop_strings: if rng.gen_bool(0.2) {
+                vec!["ab".into()]
+            } else {
+                vec![]
+            },
+            stop_token_ids: vec![],
+            ignore_eos: rng.gen_bool(0.5),
+        },
+        logprobs,
+    }
+}
+
+/// Each request alone, one after another, on a fresh scheduler that runs one sequence at a
+/// time and prefills whole prompts: the sequential reference.
+pub fn run_alone<M: StepModel>(model: Arc<M>, requests: &[GenerationRequest]) -> Vec<Collected> {
+    let blocks = requests
+        .iter()
+        .map(|r| (r.prompt_ids.len() + r.max_tokens).div_ceil(4))
+        .max()
+        .unwrap_or(1);
+    let handle = Scheduler::start(model, config(1, usize::MAX, blocks)).unwrap();
+    requests
+        .iter()
+        .map(|r| handle.submit(r.clone()).unwrap().collect_blocking())
+        .collect()
+}
+
+/// `prefix` is where `full` starts (ids, texts, logprobs bit for bit). Reports the first
+/// difference only, not two whole runs.
+pub fn assert_token_prefix(prefix: &[TokenEvent], full: &[TokenEvent], what: &str) {
+    assert!(
+        prefix.len() <= full.len(),
+        "{what}: {} tokens, the reference has {}",
+        prefix.len(),
+        full.len()
+    );
+    if let Some(i) = prefix.iter().zip(full).position(|(a, b)| a != b) {
+        let (a, b) = (&prefix[i], &full[i]);
+        panic!(
+            "{what}: token {i} differs: id {} vs {}, text {:?} vs {:?}, logprob {:?} vs {:?}, \
+             top logprobs equal: {}",
+            a.id,
+            b.id,
+            a.text,
+            b.text,
+            a.logprob,
+            b.logprob,
+            a.top_logprobs == b.top_logprobs
+        );
+    }
+}
+
+/// Two runs are the same, token for token and logprob for logprob.
+pub fn assert_same_run(got: &Collected, want: &Collected, what: &str) {
+    assert_eq!(
+        got.tokens.len(),
+        want.tokens.len(),
+        "{what}: token count ({:?} vs {:?})",
+        got.completion.finish_reason,
+        want.completion.finish_reason
+    );
+    assert_token_prefix(&got.tokens, &want.tokens, what);
+    assert_eq!(got.completion, want.completion, "{what}: completion");
+}
+
+/// Waits (polling) until `cond` holds on the handle's status, or panics after 20 s.
+pub fn wait_for(
+    handle: &SchedulerHandle,
+    what: &str,
+    cond: impl Fn(&ferrox_sched::SchedulerStatus) -> bool,
+) {
+    let start = Instant::now();
+    while !cond(&handle.status()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}: {:?}",
+            handle.status()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Per forward call, the chunks whose sequence starts at block `first_block`.
+pub fn chunks_of(calls: &[Vec<ChunkRecord>], first_block: u32) -> Vec<Option<ChunkRecord>> {
+    calls
+        .iter()
+        .map(|call| call.iter().find(|c| c.first_block == first_block).cloned())
+        .collect()
+}

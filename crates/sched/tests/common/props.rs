@@ -1,0 +1,214 @@
+//! The scheduler's numerical properties, written once over any [`StepModel`], so the same
+//! checks run on the fake model, on random-weight engine models and on the default model.
+
+use std::sync::Arc;
+
+use ferrox_sched::testkit::Probe;
+use ferrox_sched::{
+    Collected, Event, FinishReason, GenerationRequest, SamplingParams, Scheduler, StepModel,
+    StopConfig,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{assert_same_run, assert_token_prefix, config, random_request, run_alone, wait_for};
+
+/// The shape of a randomized run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub vocab: u32,
+    /// Token ids prompts must not contain.
+    pub avoid: Vec<u32>,
+    pub requests: usize,
+    pub max_prompt: usize,
+    pub max_new: usize,
+    pub logprobs: Option<usize>,
+    pub kv_blocks: usize,
+}
+
+/// Batched == sequential, token for token and logit for logit (every logprob bit for bit),
+/// under random arrival steps, prompt lengths, max_tokens, batch caps, chunk sizes and
+/// cancels. A cancelled request's tokens are a prefix of its sequential run. Returns how many
+/// requests ended cancelled.
+pub fn batched_equals_sequential<M: StepModel>(
+    model: Arc<Probe<M>>,
+    spec: &Spec,
+    seed: u64,
+) -> usize {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let requests: Vec<GenerationRequest> = (0..spec.requests)
+        .map(|_| {
+            random_request(
+                &mut rng,
+                spec.vocab,
+                &spec.avoid,
+                spec.max_prompt,
+                spec.max_new,
+                spec.logprobs,
+            )
+        })
+        .collect();
+    let reference = run_alone(Arc::clone(&model), &requests);
+    let calls_before = model.calls().len();
+
+    let chunk = [1, 7, 128, usize::MAX][rng.gen_range(0..4)];
+    let max_seqs = rng.gen_range(2..=8);
+    let handle = Scheduler::start(Arc::clone(&model), config(max_seqs, chunk, spec.kv_blocks))
+        .expect("config is valid");
+    let mut arrivals: Vec<u64> = (0..requests.len()).map(|_| rng.gen_range(0..40)).collect();
+    arrivals.sort_unstable();
+    let mut readers = Vec::new();
+    for (i, req) in requests.iter().enumerate() {
+        // Arrive once the worker has run `arrivals[i]` steps, or at once if it is idle.
+        wait_for(&handle, "an arrival step", |s| {
+            s.steps >= arrivals[i] || s.running + s.prefilling + s.queued == 0
+        });
+        // A quarter of the requests are cancelled after some number of tokens (0: at once).
+        let cancel_after = rng
+            .gen_bool(0.25)
+            .then(|| rng.gen_range(0..=req.max_tokens));
+        let mut stream = handle.submit(req.clone()).expect("accepted");
+        readers.push(std::thread::spawn(move || {
+            let mut tokens = Vec::new();
+            if cancel_after == Some(0) {
+                stream.cancel();
+            }
+            loop {
+                match stream.blocking_recv().expect("a stream ends with Done") {
+                    Event::Token(t) => {
+                        tokens.push(t);
+                        if cancel_after == Some(tokens.len()) {
+                            stream.cancel();
+                        }
+                    }
+                    Event::Done(completion) => return Collected { tokens, completion },
+                }
+            }
+        }));
+    }
+    let mut cancelled = 0;
+    for (i, reader) in readers.into_iter().enumerate() {
+        let got = reader.join().expect("reader thread");
+        let want = &reference[i];
+        let what = format!("seed {seed} request {i} (chunk {chunk}, max_seqs {max_seqs})");
+        if got.completion.finish_reason == FinishReason::Cancelled {
+            cancelled += 1;
+            assert_token_prefix(&got.tokens, &want.tokens, &what);
+            let ids: Vec<u32> = got.tokens.iter().map(|t| t.id).collect();
+            assert_eq!(got.completion.token_ids, ids, "{what}");
+            assert!(want.completion.token_ids.starts_with(&ids), "{what}");
+        } else {
+            assert_same_run(&got, want, &what);
+        }
+    }
+    // The run batched for real, and every block came back.
+    let calls = model.calls();
+    let widest = calls[calls_before..]
+        .iter()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        widest >= 2,
+        "seed {seed}: no step ever carried two sequences"
+    );
+    let total = handle.status().blocks_total;
+    wait_for(&handle, "every block back", |s| {
+        s.blocks_free == total && s.running + s.prefilling + s.queued == 0
+    });
+    cancelled
+}
+
+/// Chunk sizes 1, 7, 128 and whole-prompt give identical logits and tokens, batched.
+pub fn chunk_sizes_agree<M: StepModel>(model: Arc<M>, spec: &Spec, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let requests: Vec<GenerationRequest> = (0..spec.requests)
+        .map(|_| {
+            let mut r = random_request(
+                &mut rng,
+                spec.vocab,
+                &spec.avoid,
+                spec.max_prompt,
+                spec.max_new,
+                spec.logprobs,
+            );
+            // Long prompts, so that every chunk size cuts them differently.
+            while r.prompt_ids.len() < spec.max_prompt / 2 {
+                r.prompt_ids.extend_from_within(..);
+            }
+            r.prompt_ids.truncate(spec.max_prompt);
+            r
+        })
+        .collect();
+    let whole = run_alone(Arc::clone(&model), &requests);
+    for chunk in [1, 7, 128] {
+        let handle =
+            Scheduler::start(Arc::clone(&model), config(4, chunk, spec.kv_blocks)).unwrap();
+        let streams: Vec<_> = requests
+            .iter()
+            .map(|r| handle.submit(r.clone()).unwrap())
+            .collect();
+        for (i, s) in streams.into_iter().enumerate() {
+            let what = format!("chunk {chunk}, request {i}");
+            assert_same_run(&s.collect_blocking(), &whole[i], &what);
+        }
+    }
+}
+
+/// A seeded request gives the same tokens alone and amid concurrent load.
+pub fn seed_is_independent_of_load<M: StepModel>(model: Arc<M>, spec: &Spec, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let subject = GenerationRequest {
+        prompt_ids: (0..spec.max_prompt.min(12))
+            .map(|i| 1 + i as u32 % (spec.vocab - 1))
+            .filter(|t| !spec.avoid.contains(t))
+            .collect(),
+        max_tokens: spec.max_new,
+        sampling: SamplingParams {
+            temperature: 0.9,
+            top_p: 0.95,
+            top_k: 40,
+            seed: 1234,
+            ..SamplingParams::default()
+        },
+        stop: StopConfig {
+            ignore_eos: true,
+            ..StopConfig::default()
+        },
+        logprobs: spec.logprobs,
+    };
+    let alone = run_alone(Arc::clone(&model), std::slice::from_ref(&subject)).remove(0);
+    let handle = Scheduler::start(Arc::clone(&model), config(8, 7, spec.kv_blocks)).unwrap();
+    let mut load = Vec::new();
+    for _ in 0..spec.requests / 2 {
+        let r = random_request(
+            &mut rng,
+            spec.vocab,
+            &spec.avoid,
+            spec.max_prompt,
+            spec.max_new,
+            None,
+        );
+        load.push(handle.submit(r).unwrap());
+    }
+    let subject_stream = handle.submit(subject).unwrap();
+    for _ in 0..spec.requests / 2 {
+        let r = random_request(
+            &mut rng,
+            spec.vocab,
+            &spec.avoid,
+            spec.max_prompt,
+            spec.max_new,
+            None,
+        );
+        load.push(handle.submit(r).unwrap());
+    }
+    assert_same_run(
+        &subject_stream.collect_blocking(),
+        &alone,
+        "the seeded request",
+    );
+    for s in load {
+        s.collect_blocking();
+    }
+}
