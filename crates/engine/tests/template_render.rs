@@ -158,6 +158,74 @@ fn syntax_and_render_errors_are_typed() {
 }
 
 #[test]
+fn jinja_template_for_a_tokenizer_drops_the_duplicate_bos() {
+    use ferrox_engine::tokenizer::VocabMetadata;
+    // SPM vocabulary whose metadata says "add BOS": the template's own `{{ bos_token }}` is
+    // removed from the rendered text so the prompt does not start with two BOS tokens.
+    let tok = Tokenizer::from_metadata(VocabMetadata {
+        model: "llama".into(),
+        tokens: ["<unk>", "<s>", "</s>", "<|im_end|>", "a"]
+            .map(String::from)
+            .to_vec(),
+        token_types: Some(vec![2, 3, 3, 3, 1]),
+        add_bos: Some(true),
+        ..Default::default()
+    })
+    .unwrap();
+    let t = ChatTemplate::from_jinja_for(
+        "{{ bos_token }}[{{ messages[0].content }}]{{ eos_token }}",
+        &tok,
+    )
+    .unwrap();
+    assert_eq!(t.bos_token(), "<s>");
+    assert_eq!(
+        t.render(&conversation(), false).unwrap(),
+        "[You are a concise assistant.]</s>"
+    );
+    // Generation stops at every end-of-generation token of the vocabulary.
+    assert_eq!(t.stop_strings(), ["</s>", "<|im_end|>"]);
+}
+
+#[test]
+fn builtin_choice_by_architecture() {
+    use ferrox_engine::tokenizer::VocabMetadata;
+    let tok = |extra: &str| {
+        Tokenizer::from_metadata(VocabMetadata {
+            model: "llama".into(),
+            tokens: ["<unk>", "<s>", "</s>", extra].map(String::from).to_vec(),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let plain = tok("x");
+    let llama3 = tok("<|start_header_id|>");
+    assert_eq!(
+        BuiltinFormat::for_arch("gemma3", &plain),
+        BuiltinFormat::Gemma
+    );
+    assert_eq!(
+        BuiltinFormat::for_arch("qwen2", &plain),
+        BuiltinFormat::ChatMl
+    );
+    assert_eq!(
+        BuiltinFormat::for_arch("qwen3", &plain),
+        BuiltinFormat::ChatMl
+    );
+    assert_eq!(
+        BuiltinFormat::for_arch("llama", &llama3),
+        BuiltinFormat::Llama3
+    );
+    assert_eq!(
+        BuiltinFormat::for_arch("llama", &plain),
+        BuiltinFormat::Llama2
+    );
+    assert_eq!(
+        BuiltinFormat::for_arch("mystery", &plain),
+        BuiltinFormat::ChatMl
+    );
+}
+
+#[test]
 fn default_model_falls_back_to_gemma_and_tokenizes_like_llama_cpp() {
     let path = match std::env::var_os("FERROX_MODEL") {
         Some(p) => PathBuf::from(p),

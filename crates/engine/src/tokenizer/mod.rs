@@ -4,7 +4,7 @@
 //! uses for the models we serve:
 //!
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece-style merges by score with byte fallback
-//!   ([`spm`](self) in `spm.rs`), e.g. Gemma 3 and Llama 2;
+//!   (`spm.rs`), e.g. Gemma 3 and Llama 2;
 //! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE with ranked merges after a regex
 //!   pre-tokenizer (`bpe.rs`, `pretokenize.rs`), e.g. Llama 3 and Qwen 2.
 //!
