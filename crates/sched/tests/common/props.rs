@@ -119,7 +119,8 @@ pub fn batched_equals_sequential<M: StepModel>(
     cancelled
 }
 
-/// Chunk sizes 1, 7, 128 and whole-prompt give identical logits and tokens, batched.
+/// Chunk sizes 1, 7, 128 and whole-prompt give identical logits and tokens, with the rows
+/// batched together.
 pub fn chunk_sizes_agree<M: StepModel>(model: Arc<M>, spec: &Spec, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let requests: Vec<GenerationRequest> = (0..spec.requests)
@@ -132,18 +133,25 @@ pub fn chunk_sizes_agree<M: StepModel>(model: Arc<M>, spec: &Spec, seed: u64) {
                 spec.max_new,
                 spec.logprobs,
             );
-            // Long prompts, so that every chunk size cuts them differently.
-            while r.prompt_ids.len() < spec.max_prompt / 2 {
+            // Long prompts of one length, so that every chunk size cuts them differently and
+            // the rows reach decode together; no early stop, so their decodes overlap.
+            while r.prompt_ids.len() < spec.max_prompt {
                 r.prompt_ids.extend_from_within(..);
             }
             r.prompt_ids.truncate(spec.max_prompt);
+            r.max_tokens = spec.max_new;
+            r.stop = StopConfig {
+                ignore_eos: true,
+                ..StopConfig::default()
+            };
             r
         })
         .collect();
     let whole = run_alone(Arc::clone(&model), &requests);
+    // Blocks for every request at once (4-position blocks), so all of them run together.
+    let kv_blocks = requests.len() * (spec.max_prompt + spec.max_new).div_ceil(4);
     for chunk in [1, 7, 128] {
-        let handle =
-            Scheduler::start(Arc::clone(&model), config(4, chunk, spec.kv_blocks)).unwrap();
+        let handle = Scheduler::start(Arc::clone(&model), config(4, chunk, kv_blocks)).unwrap();
         let streams: Vec<_> = requests
             .iter()
             .map(|r| handle.submit(r.clone()).unwrap())

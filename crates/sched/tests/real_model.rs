@@ -1,0 +1,106 @@
+//! The scheduler's numerical properties on real engine models: random-weight models of every
+//! architecture the engine supports (built in memory), and the default model (Gemma 3 270M
+//! Q4_K_M, found at `FERROX_MODEL` or in the cache; `ferrox pull` fetches it).
+//!
+//! Logprobs are compared bit for bit: the whole distribution on the small random-weight
+//! vocabularies, the chosen token and the top 20 on Gemma's 262,144-token vocabulary.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::props::{self, Spec};
+use ferrox_engine::synthetic::{self, SyntheticSpec};
+use ferrox_engine::{Arch, Model};
+use ferrox_sched::testkit::Probe;
+
+const ARCHES: [Arch; 4] = [Arch::Gemma3, Arch::Llama, Arch::Qwen2, Arch::Qwen3];
+
+fn tiny(arch: Arch) -> Model {
+    synthetic::load(&SyntheticSpec::tiny(arch, 7), 1).expect("synthetic model loads")
+}
+
+fn tiny_spec(m: &Model) -> Spec {
+    Spec {
+        vocab: m.vocab_size() as u32,
+        avoid: vec![],
+        requests: 10,
+        max_prompt: 40,
+        max_new: 12,
+        logprobs: Some(m.vocab_size()),
+        kv_blocks: 64,
+    }
+}
+
+#[test]
+fn random_weight_models_batched_equals_sequential() {
+    for arch in ARCHES {
+        let model = Arc::new(Probe::recording(tiny(arch)));
+        let spec = tiny_spec(&model.inner);
+        for seed in 0..2 {
+            props::batched_equals_sequential(Arc::clone(&model), &spec, seed);
+        }
+    }
+}
+
+#[test]
+fn random_weight_models_chunk_sizes_agree() {
+    for arch in ARCHES {
+        let model = Arc::new(tiny(arch));
+        let spec = Spec {
+            requests: 3,
+            max_prompt: 150,
+            max_new: 6,
+            ..tiny_spec(&model)
+        };
+        props::chunk_sizes_agree(model, &spec, 3);
+    }
+}
+
+#[test]
+fn random_weight_models_seed_is_independent_of_load() {
+    for arch in ARCHES {
+        let model = Arc::new(tiny(arch));
+        let spec = tiny_spec(&model);
+        props::seed_is_independent_of_load(model, &spec, 4);
+    }
+}
+
+fn default_model() -> Model {
+    let path = ferrox_engine::cache::default_model_path();
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo run -p ferrox -- pull` or set FERROX_MODEL",
+        path.display()
+    );
+    Model::load(&path, 2).expect("the default model loads")
+}
+
+/// One test for the default model, so it is loaded once; the three properties at sizes that
+/// keep it to seconds on two cores.
+#[test]
+fn default_model_batching_chunking_and_seeds_change_nothing() {
+    let model = Arc::new(Probe::recording(default_model()));
+    let spec = Spec {
+        vocab: model.inner.vocab_size() as u32,
+        avoid: vec![],
+        requests: 6,
+        max_prompt: 16,
+        max_new: 6,
+        logprobs: Some(20),
+        kv_blocks: 64,
+    };
+    props::batched_equals_sequential(Arc::clone(&model), &spec, 5);
+    let chunking = Spec {
+        requests: 2,
+        max_prompt: 40,
+        max_new: 3,
+        ..spec.clone()
+    };
+    props::chunk_sizes_agree(Arc::clone(&model), &chunking, 6);
+    let load = Spec {
+        requests: 4,
+        ..spec
+    };
+    props::seed_is_independent_of_load(model, &load, 7);
+}
