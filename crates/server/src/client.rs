@@ -97,7 +97,8 @@ impl Endpoint {
                 source,
             })?;
         let _ = stream.set_nodelay(true);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let conn = ConnectionTask(tokio::spawn(async move {
             let _ = conn.await;
         }));
@@ -243,9 +244,15 @@ mod tests {
     #[test]
     fn urls_parse() {
         let e = Endpoint::parse("http://127.0.0.1:8080").unwrap();
-        assert_eq!((e.authority.as_str(), e.base_path.as_str()), ("127.0.0.1:8080", ""));
+        assert_eq!(
+            (e.authority.as_str(), e.base_path.as_str()),
+            ("127.0.0.1:8080", "")
+        );
         let e = Endpoint::parse("http://localhost/api/").unwrap();
-        assert_eq!((e.authority.as_str(), e.base_path.as_str()), ("localhost:80", "/api"));
+        assert_eq!(
+            (e.authority.as_str(), e.base_path.as_str()),
+            ("localhost:80", "/api")
+        );
         assert!(Endpoint::parse("https://x").is_err());
         assert!(Endpoint::parse("http://").is_err());
     }

@@ -133,7 +133,10 @@ impl ApiError {
         let mut obj = Map::new();
         obj.insert("message".into(), Value::String(self.to_string()));
         obj.insert("type".into(), Value::String(error_type.into()));
-        obj.insert("param".into(), self.param().map_or(Value::Null, |p| json!(p)));
+        obj.insert(
+            "param".into(),
+            self.param().map_or(Value::Null, |p| json!(p)),
+        );
         obj.insert("code".into(), json!(self.code()));
         match self {
             ApiError::ContextLengthExceeded {
@@ -215,10 +218,9 @@ impl IntoResponse for ApiError {
         let body = json!({ "error": self.error_object(error_type) });
         let mut response = (status, axum::Json(body)).into_response();
         if matches!(self, ApiError::QueueFull { .. } | ApiError::Loading) {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(RETRY_AFTER_SECS),
-            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
         response
     }

@@ -23,11 +23,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use ferrox_engine::template::{ChatMessage, TemplateError};
-use ferrox_sched::{
-    Completion, Event, FinishReason, GenerationRequest, StopConfig, TokenEvent,
-};
+use ferrox_sched::{Completion, Event, FinishReason, GenerationRequest, StopConfig, TokenEvent};
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
 use crate::error::ApiError;
 use crate::state::Generator;
@@ -134,7 +132,8 @@ impl Generator {
         };
         if chat && !options.ignore_eos {
             stop.stop_token_ids.extend(&self.chat_stop_ids);
-            stop.stop_strings.extend(self.chat_stop_strings.iter().cloned());
+            stop.stop_strings
+                .extend(self.chat_stop_strings.iter().cloned());
         }
         let base_seed = options.seed.unwrap_or_else(rand::random);
         let prompt_tokens = prompt_ids.len();

@@ -44,9 +44,14 @@ impl Histogram {
 
     pub fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
-        let i = self.bounds.iter().position(|&b| secs <= b).unwrap_or(self.bounds.len());
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(self.bounds.len());
         self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn count(&self) -> u64 {
@@ -73,9 +78,13 @@ impl Histogram {
 }
 
 /// Time to first token: queueing and prefill.
-const TTFT_BOUNDS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const TTFT_BOUNDS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 /// Inter-token latency: one decode step under the current batch.
-const ITL_BOUNDS: &[f64] = &[0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0];
+const ITL_BOUNDS: &[f64] = &[
+    0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0,
+];
 /// Whole generation, submit to `Done`.
 const DURATION_BOUNDS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0];
 
@@ -114,7 +123,10 @@ impl Metrics {
     /// Requests answered so far on `route` with `status`.
     pub fn requests(&self, route: &str, status: u16) -> u64 {
         let table = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        table.get(&(route.to_string(), status)).copied().unwrap_or(0)
+        table
+            .get(&(route.to_string(), status))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The exposition text; `status` is `None` while the model loads.
@@ -169,27 +181,68 @@ impl Metrics {
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
 }
 
 fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
-    gauge(out, "ferrox_scheduler_healthy", "1 while the scheduler worker runs.", u8::from(s.healthy));
-    gauge(out, "ferrox_queue_depth", "Requests waiting for admission.", s.queued);
-    gauge(out, "ferrox_sequences_running", "Sequences generating tokens.", s.running);
-    gauge(out, "ferrox_sequences_prefilling", "Sequences still computing their prompt.", s.prefilling);
+    gauge(
+        out,
+        "ferrox_scheduler_healthy",
+        "1 while the scheduler worker runs.",
+        u8::from(s.healthy),
+    );
+    gauge(
+        out,
+        "ferrox_queue_depth",
+        "Requests waiting for admission.",
+        s.queued,
+    );
+    gauge(
+        out,
+        "ferrox_sequences_running",
+        "Sequences generating tokens.",
+        s.running,
+    );
+    gauge(
+        out,
+        "ferrox_sequences_prefilling",
+        "Sequences still computing their prompt.",
+        s.prefilling,
+    );
     gauge(
         out,
         "ferrox_kv_blocks_used",
         "KV cache blocks leased to sequences.",
         s.blocks_total.saturating_sub(s.blocks_free),
     );
-    gauge(out, "ferrox_kv_blocks_free", "KV cache blocks free.", s.blocks_free);
-    gauge(out, "ferrox_kv_blocks_total", "KV cache blocks in the pool.", s.blocks_total);
-    gauge(out, "ferrox_kv_blocks_peak_used", "Most KV blocks ever leased at once.", s.blocks_peak_used);
+    gauge(
+        out,
+        "ferrox_kv_blocks_free",
+        "KV cache blocks free.",
+        s.blocks_free,
+    );
+    gauge(
+        out,
+        "ferrox_kv_blocks_total",
+        "KV cache blocks in the pool.",
+        s.blocks_total,
+    );
+    gauge(
+        out,
+        "ferrox_kv_blocks_peak_used",
+        "Most KV blocks ever leased at once.",
+        s.blocks_peak_used,
+    );
     let r = &s.refusals;
     let _ = writeln!(
         out,
@@ -199,7 +252,10 @@ fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
     for (ty, n) in [
         ("invalid_request", r.invalid_request),
         ("context_length_exceeded", r.context_length_exceeded),
-        ("device_memory_budget_exceeded", r.device_memory_budget_exceeded),
+        (
+            "device_memory_budget_exceeded",
+            r.device_memory_budget_exceeded,
+        ),
         ("queue_full", r.queue_full),
         ("worker_gone", r.worker_gone),
     ] {
@@ -217,17 +273,44 @@ fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
         ("cancelled", f.cancelled),
         ("error", f.error),
     ] {
-        let _ = writeln!(out, "ferrox_requests_finished_total{{reason=\"{reason}\"}} {n}");
+        let _ = writeln!(
+            out,
+            "ferrox_requests_finished_total{{reason=\"{reason}\"}} {n}"
+        );
     }
-    counter(out, "ferrox_requests_admitted_total", "Requests admitted into the batch.", s.requests_admitted);
-    counter(out, "ferrox_tokens_prefilled_total", "Prompt tokens computed by the scheduler.", s.tokens_prefilled);
-    counter(out, "ferrox_tokens_decoded_total", "Tokens decoded by the scheduler.", s.tokens_decoded);
+    counter(
+        out,
+        "ferrox_requests_admitted_total",
+        "Requests admitted into the batch.",
+        s.requests_admitted,
+    );
+    counter(
+        out,
+        "ferrox_tokens_prefilled_total",
+        "Prompt tokens computed by the scheduler.",
+        s.tokens_prefilled,
+    );
+    counter(
+        out,
+        "ferrox_tokens_decoded_total",
+        "Tokens decoded by the scheduler.",
+        s.tokens_decoded,
+    );
     counter(out, "ferrox_steps_total", "Forward passes run.", s.steps);
-    counter(out, "ferrox_worker_restarts_total", "Panics the scheduler worker recovered from.", s.worker_restarts);
+    counter(
+        out,
+        "ferrox_worker_restarts_total",
+        "Panics the scheduler worker recovered from.",
+        s.worker_restarts,
+    );
 }
 
 /// Middleware: counts every response by matched route and status.
-pub async fn track_requests(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+pub async fn track_requests(
+    State(metrics): State<Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -253,7 +336,9 @@ mod tests {
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"1\"} 2\n"));
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(text.contains("ferrox_time_to_first_token_seconds_sum 100.72\n"));
-        assert!(text.contains("ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1\n"));
+        assert!(
+            text.contains("ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1\n")
+        );
         assert!(text.contains("ferrox_refusals_total{type=\"queue_full\"} 0\n"));
     }
 }

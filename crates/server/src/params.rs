@@ -193,7 +193,10 @@ mod tests {
     #[test]
     fn nested_names_carry_their_path() {
         let mut f = Fields::nested(json!({"role": 3}), "messages[1]").unwrap();
-        assert_eq!(f.take::<String>("role").unwrap_err().param(), Some("messages[1].role"));
+        assert_eq!(
+            f.take::<String>("role").unwrap_err().param(),
+            Some("messages[1].role")
+        );
         assert!(Fields::from_body(json!([1])).is_err());
     }
 }

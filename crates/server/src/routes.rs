@@ -125,7 +125,10 @@ async fn metrics(State(state): State<AppState>) -> Response {
     let status = state.generator().ok().map(|g| g.scheduler.status());
     let text = state.metrics.render(status.as_ref());
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()

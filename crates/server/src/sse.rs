@@ -35,7 +35,8 @@ pub trait ChunkEncoder: Send + 'static {
     }
     /// The chunk for a token, or `None` if it carries nothing to send (no text released
     /// and no logprobs asked for).
-    fn token(&mut self, generation: &Generation, index: usize, token: &TokenEvent) -> Option<Value>;
+    fn token(&mut self, generation: &Generation, index: usize, token: &TokenEvent)
+        -> Option<Value>;
     /// Text released by a choice's end (a held-back tail that never became a stop string).
     fn text(&self, index: usize, text: &str) -> Value;
     fn finish(&self, index: usize, finish_reason: &str) -> Value;

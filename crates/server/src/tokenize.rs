@@ -54,16 +54,25 @@ pub async fn tokenize(Ready(g): Ready, JsonBody(body): JsonBody) -> Result<Json<
     Ok(Json(out))
 }
 
-pub async fn detokenize(Ready(g): Ready, JsonBody(body): JsonBody) -> Result<Json<Value>, ApiError> {
+pub async fn detokenize(
+    Ready(g): Ready,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
     let mut f = Fields::from_body(body)?;
     let tokens: Vec<u32> = f.require("tokens")?;
     f.finish()?;
     let vocab = g.model.tokenizer().vocab_size();
-    if let Some((i, t)) = tokens.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
+    if let Some((i, t)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, &t)| t as usize >= vocab)
+    {
         return Err(ApiError::invalid(
             format!("tokens[{i}]"),
             format!("token {t} is outside the vocabulary of {vocab}"),
         ));
     }
-    Ok(Json(json!({ "content": g.model.tokenizer().decode_special(&tokens) })))
+    Ok(Json(
+        json!({ "content": g.model.tokenizer().decode_special(&tokens) }),
+    ))
 }

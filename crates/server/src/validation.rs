@@ -168,7 +168,10 @@ fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
     let ignore_eos = f.take("ignore_eos")?.unwrap_or(false);
     let n: usize = f.take("n")?.unwrap_or(1);
     if n == 0 || n > MAX_N {
-        return Err(ApiError::invalid("n", format!("must be in 1..={MAX_N}, got {n}")));
+        return Err(ApiError::invalid(
+            "n",
+            format!("must be in 1..={MAX_N}, got {n}"),
+        ));
     }
     let stream = f.take("stream")?.unwrap_or(false);
     let include_usage = match f.take_raw("stream_options") {
@@ -207,7 +210,10 @@ fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
 fn max_tokens(f: &mut Fields, name: &str) -> Result<Option<usize>, ApiError> {
     match f.take::<i64>(name)? {
         None => Ok(None),
-        Some(t) if t < 1 => Err(ApiError::invalid(name, format!("must be at least 1, got {t}"))),
+        Some(t) if t < 1 => Err(ApiError::invalid(
+            name,
+            format!("must be at least 1, got {t}"),
+        )),
         Some(t) if t > MAX_TOKENS_LIMIT => Err(ApiError::invalid(
             name,
             format!("{t} is absurd; the limit is {MAX_TOKENS_LIMIT} (and the model's context)"),
@@ -220,7 +226,10 @@ fn max_tokens(f: &mut Fields, name: &str) -> Result<Option<usize>, ApiError> {
 fn top_k(f: &mut Fields) -> Result<usize, ApiError> {
     match f.take::<i64>("top_k")? {
         None | Some(-1) | Some(0) => Ok(0),
-        Some(k) if k < 0 => Err(ApiError::invalid("top_k", format!("must be >= 0 or -1, got {k}"))),
+        Some(k) if k < 0 => Err(ApiError::invalid(
+            "top_k",
+            format!("must be >= 0 or -1, got {k}"),
+        )),
         Some(k) => Ok(k as usize),
     }
 }
@@ -241,7 +250,9 @@ fn logit_bias(f: &mut Fields) -> Result<Vec<(u32, f32)>, ApiError> {
             .ok_or_else(|| {
                 ApiError::invalid(
                     "logit_bias",
-                    format!("the bias for token {token} must be a number in [-100, 100], got {value}"),
+                    format!(
+                        "the bias for token {token} must be a number in [-100, 100], got {value}"
+                    ),
                 )
             })?;
         out.push((token, bias as f32));
@@ -275,7 +286,10 @@ fn stop(value: Option<Value>) -> Result<Vec<String>, ApiError> {
         Some(other) => {
             return Err(ApiError::invalid(
                 "stop",
-                format!("expected a string or an array of strings, got {}", kind(&other)),
+                format!(
+                    "expected a string or an array of strings, got {}",
+                    kind(&other)
+                ),
             ))
         }
     };
@@ -329,7 +343,10 @@ fn parse_prompt(value: Option<Value>) -> Result<Prompt, ApiError> {
         }
         Some(other) => Err(ApiError::invalid(
             "prompt",
-            format!("expected a string or an array of token ids, got {}", kind(&other)),
+            format!(
+                "expected a string or an array of token ids, got {}",
+                kind(&other)
+            ),
         )),
     }
 }
@@ -350,7 +367,10 @@ fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
         }
     };
     if items.is_empty() {
-        return Err(ApiError::invalid("messages", "must hold at least one message"));
+        return Err(ApiError::invalid(
+            "messages",
+            "must hold at least one message",
+        ));
     }
     items
         .into_iter()
@@ -363,7 +383,14 @@ fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
 /// list of `{"type": "text", "text"}` parts, joined with newlines).
 fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(value, path)?;
-    m.refuse_unsupported(&["name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio"])?;
+    m.refuse_unsupported(&[
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "function_call",
+        "refusal",
+        "audio",
+    ])?;
     let role: String = m.require("role")?;
     let role = match role.as_str() {
         "system" | "developer" => "system",
@@ -378,7 +405,11 @@ fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     };
     let content_path = m.path("content");
     let content = match m.take_raw("content") {
-        None => return Err(ApiError::MissingParameter { param: content_path }),
+        None => {
+            return Err(ApiError::MissingParameter {
+                param: content_path,
+            })
+        }
         Some(Value::String(s)) => s,
         Some(Value::Array(parts)) => {
             let texts = parts
@@ -391,7 +422,10 @@ fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
         Some(other) => {
             return Err(ApiError::invalid(
                 content_path,
-                format!("expected a string or an array of content parts, got {}", kind(&other)),
+                format!(
+                    "expected a string or an array of content parts, got {}",
+                    kind(&other)
+                ),
             ))
         }
     };
@@ -463,21 +497,43 @@ mod tests {
         let param = |extra: Value| chat(extra).unwrap_err().param().map(str::to_string);
         assert_eq!(param(json!({"tools": []})).as_deref(), Some("tools"));
         assert_eq!(param(json!({"messages": []})).as_deref(), Some("messages"));
-        assert_eq!(param(json!({"max_tokens": 0})).as_deref(), Some("max_tokens"));
-        assert_eq!(param(json!({"max_tokens": 1_000_000_000_000i64})).as_deref(), Some("max_tokens"));
+        assert_eq!(
+            param(json!({"max_tokens": 0})).as_deref(),
+            Some("max_tokens")
+        );
+        assert_eq!(
+            param(json!({"max_tokens": 1_000_000_000_000i64})).as_deref(),
+            Some("max_tokens")
+        );
         assert_eq!(param(json!({"n": 99})).as_deref(), Some("n"));
-        assert_eq!(param(json!({"top_logprobs": 2})).as_deref(), Some("top_logprobs"));
-        assert_eq!(param(json!({"stream_options": {"include_usage": true}})).as_deref(), Some("stream_options"));
+        assert_eq!(
+            param(json!({"top_logprobs": 2})).as_deref(),
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            param(json!({"stream_options": {"include_usage": true}})).as_deref(),
+            Some("stream_options")
+        );
         assert_eq!(param(json!({"stop": [1]})).as_deref(), Some("stop[0]"));
-        assert_eq!(param(json!({"logit_bias": {"x": 1}})).as_deref(), Some("logit_bias"));
-        assert_eq!(param(json!({"temperature": "hot"})).as_deref(), Some("temperature"));
-        assert_eq!(param(json!({"frobnicate": 1})).as_deref(), Some("frobnicate"));
+        assert_eq!(
+            param(json!({"logit_bias": {"x": 1}})).as_deref(),
+            Some("logit_bias")
+        );
+        assert_eq!(
+            param(json!({"temperature": "hot"})).as_deref(),
+            Some("temperature")
+        );
+        assert_eq!(
+            param(json!({"frobnicate": 1})).as_deref(),
+            Some("frobnicate")
+        );
         assert_eq!(
             param(json!({"messages": [{"role": "tool", "content": "x"}]})).as_deref(),
             Some("messages[0].role")
         );
         assert_eq!(
-            param(json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})).as_deref(),
+            param(json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}))
+                .as_deref(),
             Some("messages[0].content[0].type")
         );
         assert_eq!(
@@ -488,7 +544,8 @@ mod tests {
 
     #[test]
     fn completion_prompts_and_logprobs() {
-        let r = parse_completion(json!({"prompt": [2, 5, 9], "logprobs": 2, "echo": false})).unwrap();
+        let r =
+            parse_completion(json!({"prompt": [2, 5, 9], "logprobs": 2, "echo": false})).unwrap();
         assert_eq!(r.prompt, Prompt::Tokens(vec![2, 5, 9]));
         assert_eq!(r.options.logprobs, Some(2));
         let e = parse_completion(json!({"prompt": ["a", "b"]})).unwrap_err();

@@ -19,7 +19,10 @@ use crate::sse::{stream_response, ChunkEncoder};
 use crate::state::{Generator, Ready};
 use crate::validation::parse_chat;
 
-pub async fn handle(Ready(generator): Ready, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+pub async fn handle(
+    Ready(generator): Ready,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
     let options = request.options;
     let generation = generate(generator, Input::Chat(request.messages), &options).await?;
@@ -82,11 +85,23 @@ impl ChatChunks {
 impl ChunkEncoder for ChatChunks {
     fn opening(&self, choices: usize) -> Vec<Value> {
         (0..choices)
-            .map(|i| self.chunk(i, json!({"role": "assistant", "content": ""}), Value::Null, None))
+            .map(|i| {
+                self.chunk(
+                    i,
+                    json!({"role": "assistant", "content": ""}),
+                    Value::Null,
+                    None,
+                )
+            })
             .collect()
     }
 
-    fn token(&mut self, generation: &Generation, index: usize, token: &TokenEvent) -> Option<Value> {
+    fn token(
+        &mut self,
+        generation: &Generation,
+        index: usize,
+        token: &TokenEvent,
+    ) -> Option<Value> {
         if token.text.is_empty() && !self.logprobs {
             return None;
         }

@@ -19,7 +19,10 @@ use crate::sse::{stream_response, ChunkEncoder};
 use crate::state::{Generator, Ready};
 use crate::validation::parse_completion;
 
-pub async fn handle(Ready(generator): Ready, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+pub async fn handle(
+    Ready(generator): Ready,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let request = parse_completion(body)?;
     let options = request.options;
     let generation = generate(generator, Input::Completion(request.prompt), &options).await?;
@@ -111,7 +114,12 @@ impl CompletionChunks {
 }
 
 impl ChunkEncoder for CompletionChunks {
-    fn token(&mut self, generation: &Generation, index: usize, token: &TokenEvent) -> Option<Value> {
+    fn token(
+        &mut self,
+        generation: &Generation,
+        index: usize,
+        token: &TokenEvent,
+    ) -> Option<Value> {
         if token.text.is_empty() && !self.logprobs {
             return None;
         }

@@ -15,7 +15,12 @@ fn long(stream: bool) -> serde_json::Value {
 }
 
 async fn server() -> TestServer {
-    TestServer::start(synthetic_state(&slow(), SchedulerConfig::default(), ServerConfig::default())).await
+    TestServer::start(synthetic_state(
+        &slow(),
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,7 +38,8 @@ async fn a_streaming_client_that_disconnects_cancels_its_request() {
     let dropped = Instant::now();
     drop(events);
     assert!(
-        s.wait_for(Duration::from_secs(5), |st| st.running == 0 && st.blocks_free == st.blocks_total)
+        s.wait_for(Duration::from_secs(5), |st| st.running == 0
+            && st.blocks_free == st.blocks_total)
             .await,
         "{:?}",
         s.status()
@@ -52,12 +58,19 @@ async fn a_non_streaming_client_that_disconnects_cancels_its_request() {
         let r = endpoint.post_json("/v1/completions", &long(false)).await;
         r.map(|r| r.status)
     });
-    assert!(s.wait_for(Duration::from_secs(10), |st| st.running == 1).await);
-    assert!(s.wait_for(Duration::from_secs(10), |st| st.tokens_decoded > 5).await);
+    assert!(
+        s.wait_for(Duration::from_secs(10), |st| st.running == 1)
+            .await
+    );
+    assert!(
+        s.wait_for(Duration::from_secs(10), |st| st.tokens_decoded > 5)
+            .await
+    );
     client.abort(); // drops the connection, as a client killed mid-request would
     let dropped = Instant::now();
     assert!(
-        s.wait_for(Duration::from_secs(5), |st| st.running == 0 && st.blocks_free == st.blocks_total)
+        s.wait_for(Duration::from_secs(5), |st| st.running == 0
+            && st.blocks_free == st.blocks_total)
             .await,
         "{:?}",
         s.status()
@@ -79,7 +92,10 @@ async fn shutdown_finishes_in_flight_requests_then_stops() {
     events.next_data().await.unwrap();
     let stopped = s.trigger_shutdown();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!stopped.is_finished(), "the server waits for the request in flight");
+    assert!(
+        !stopped.is_finished(),
+        "the server waits for the request in flight"
+    );
     // The stream still runs to its end.
     let mut last = String::new();
     while let Some(d) = events.next_data().await.unwrap() {
@@ -87,8 +103,14 @@ async fn shutdown_finishes_in_flight_requests_then_stops() {
     }
     assert_eq!(last, "[DONE]");
     stopped.await.unwrap().unwrap();
-    assert!(s.endpoint.get("/health").await.is_err(), "no longer accepting");
-    assert!(s.wait_for(Duration::from_secs(5), |st| st.finished.length == 1).await);
+    assert!(
+        s.endpoint.get("/health").await.is_err(),
+        "no longer accepting"
+    );
+    assert!(
+        s.wait_for(Duration::from_secs(5), |st| st.finished.length == 1)
+            .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,13 +140,20 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
         },
         grace,
     ));
-    let mut events = endpoint.post_json("/v1/completions", &long(true)).await.unwrap().events();
+    let mut events = endpoint
+        .post_json("/v1/completions", &long(true))
+        .await
+        .unwrap()
+        .events();
     events.next_data().await.unwrap();
     let started = Instant::now();
     stop.send(()).unwrap();
     served.await.unwrap().unwrap();
     let waited = started.elapsed();
-    assert!(waited >= grace && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        waited >= grace && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
     server_rt.shutdown_background();
     // The client is still connected, but its request is cancelled.
     let status = || state.generator().unwrap().scheduler.status();

@@ -40,12 +40,21 @@ pub fn slow() -> SyntheticSpec {
 }
 
 /// A ready state over a synthetic model.
-pub fn synthetic_state(spec: &SyntheticSpec, sched: SchedulerConfig, server: ServerConfig) -> AppState {
+pub fn synthetic_state(
+    spec: &SyntheticSpec,
+    sched: SchedulerConfig,
+    server: ServerConfig,
+) -> AppState {
     let model = synthetic::load(spec, 1).expect("synthetic model loads");
     ready_state(model, Path::new("synthetic.gguf"), sched, server)
 }
 
-pub fn ready_state(model: Model, path: &Path, sched: SchedulerConfig, server: ServerConfig) -> AppState {
+pub fn ready_state(
+    model: Model,
+    path: &Path,
+    sched: SchedulerConfig,
+    server: ServerConfig,
+) -> AppState {
     let state = AppState::loading(server);
     let generator = Generator::start(
         Arc::new(model),
@@ -67,11 +76,19 @@ pub fn default_model_state() -> Option<AppState> {
         .get_or_init(|| {
             let path = ferrox_engine::cache::default_model_path();
             if !path.exists() {
-                eprintln!("{} missing: run `cargo run -p ferrox -- pull`", path.display());
+                eprintln!(
+                    "{} missing: run `cargo run -p ferrox -- pull`",
+                    path.display()
+                );
                 return None;
             }
             let model = Model::load(&path, 2).expect("default model loads");
-            Some(ready_state(model, &path, SchedulerConfig::default(), ServerConfig::default()))
+            Some(ready_state(
+                model,
+                &path,
+                SchedulerConfig::default(),
+                ServerConfig::default(),
+            ))
         })
         .clone()
 }
@@ -116,7 +133,11 @@ impl TestServer {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self.endpoint.post_json(path, &body).await.expect("request sent");
+        let r = self
+            .endpoint
+            .post_json(path, &body)
+            .await
+            .expect("request sent");
         let status = r.status;
         let text = r.text().await.expect("body read");
         let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
@@ -124,7 +145,10 @@ impl TestServer {
     }
 
     pub async fn post_raw(&self, path: &str, body: Value) -> Response {
-        self.endpoint.post_json(path, &body).await.expect("request sent")
+        self.endpoint
+            .post_json(path, &body)
+            .await
+            .expect("request sent")
     }
 
     pub async fn get(&self, path: &str) -> (u16, String) {
@@ -150,7 +174,11 @@ impl TestServer {
     }
 
     /// Polls the scheduler status until `done` holds (true) or `timeout` passes (false).
-    pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&SchedulerStatus) -> bool) -> bool {
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&SchedulerStatus) -> bool,
+    ) -> bool {
         let start = Instant::now();
         while start.elapsed() < timeout {
             if done(&self.status()) {
@@ -187,6 +215,10 @@ pub fn streamed_text(events: &[Value], index: u64) -> String {
         .filter_map(|e| e["choices"].as_array())
         .flatten()
         .filter(|c| c["index"] == index)
-        .filter_map(|c| c["text"].as_str().or_else(|| c["delta"]["content"].as_str()))
+        .filter_map(|c| {
+            c["text"]
+                .as_str()
+                .or_else(|| c["delta"]["content"].as_str())
+        })
         .collect()
 }

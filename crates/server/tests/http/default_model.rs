@@ -17,12 +17,16 @@ fn golden(file: &str) -> Vec<Value> {
         eprintln!("{} missing; skipping the golden comparison", path.display());
         return Vec::new();
     };
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_renders_gemma_turns_and_matches_llama_cpp() {
-    let Some(state) = default_model_state() else { return };
+    let Some(state) = default_model_state() else {
+        return;
+    };
     let s = TestServer::start(state).await;
     // greedy.jsonl holds the Gemma-format chat prompt "What is 2 + 2?" with llama.cpp's
     // greedy continuation; through the chat route the same prompt must come out.
@@ -39,7 +43,10 @@ async fn chat_renders_gemma_turns_and_matches_llama_cpp() {
             json!({"content": "<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n", "add_special": true}),
         )
         .await;
-    assert_eq!(v["usage"]["prompt_tokens"], t["tokens"].as_array().unwrap().len());
+    assert_eq!(
+        v["usage"]["prompt_tokens"],
+        t["tokens"].as_array().unwrap().len()
+    );
     assert_eq!(t["tokens"][0], 2, "one BOS");
     assert_ne!(t["tokens"][1], 2);
     if let Some(row) = golden("greedy.jsonl")
@@ -48,13 +55,19 @@ async fn chat_renders_gemma_turns_and_matches_llama_cpp() {
     {
         assert_eq!(t["tokens"], row["ids_prompt"]);
         let expected: String = row["text_out"].as_str().unwrap().chars().take(8).collect();
-        assert!(text_of(&v).starts_with(&expected), "{:?} vs {expected:?}", text_of(&v));
+        assert!(
+            text_of(&v).starts_with(&expected),
+            "{:?} vs {expected:?}",
+            text_of(&v)
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_chat_stops_on_a_stop_string_with_usage() {
-    let Some(state) = default_model_state() else { return };
+    let Some(state) = default_model_state() else {
+        return;
+    };
     let s = TestServer::start(state).await;
     let (status, events) = s
         .stream(
@@ -67,15 +80,27 @@ async fn streaming_chat_stops_on_a_stop_string_with_usage() {
         .await;
     assert_eq!(status, 200);
     let text = streamed_text(&events, 0);
-    assert!(!text.contains('\n') && text.starts_with("What is 2 + 2?"), "{text:?}");
-    let finish = events.iter().find_map(|e| e["choices"][0]["finish_reason"].as_str());
+    assert!(
+        !text.contains('\n') && text.starts_with("What is 2 + 2?"),
+        "{text:?}"
+    );
+    let finish = events
+        .iter()
+        .find_map(|e| e["choices"][0]["finish_reason"].as_str());
     assert_eq!(finish, Some("stop"));
-    assert!(events[events.len() - 2]["usage"]["completion_tokens"].as_u64().unwrap() < 16);
+    assert!(
+        events[events.len() - 2]["usage"]["completion_tokens"]
+            .as_u64()
+            .unwrap()
+            < 16
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenize_with_pieces_matches_llama_server() {
-    let Some(state) = default_model_state() else { return };
+    let Some(state) = default_model_state() else {
+        return;
+    };
     let s = TestServer::start(state).await;
     let rows = golden("tokenize.jsonl");
     for row in rows.iter().take(40) {
@@ -101,7 +126,9 @@ async fn tokenize_with_pieces_matches_llama_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_sampling_reproduces_on_the_real_model() {
-    let Some(state) = default_model_state() else { return };
+    let Some(state) = default_model_state() else {
+        return;
+    };
     let s = TestServer::start(state).await;
     let body = json!({"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0.9, "seed": 1234, "n": 2});
     let (status, a) = s.post("/v1/completions", body.clone()).await;

@@ -12,7 +12,12 @@ use serde_json::{json, Value};
 use crate::common::{slow, synthetic_state, tiny, TestServer};
 
 async fn server() -> TestServer {
-    TestServer::start(synthetic_state(&tiny(), SchedulerConfig::default(), ServerConfig::default())).await
+    TestServer::start(synthetic_state(
+        &tiny(),
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await
 }
 
 /// Checks the error shape and returns the error object.
@@ -31,22 +36,56 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
     let s = server().await;
     let chat = |extra: Value| {
         let mut b = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
-        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         b
     };
     let cases: Vec<(Value, &str, &str)> = vec![
-        (chat(json!({"temperature": "hot"})), "invalid_value", "temperature"),
-        (chat(json!({"temperature": -1})), "invalid_value", "temperature"),
+        (
+            chat(json!({"temperature": "hot"})),
+            "invalid_value",
+            "temperature",
+        ),
+        (
+            chat(json!({"temperature": -1})),
+            "invalid_value",
+            "temperature",
+        ),
         (chat(json!({"top_p": 2})), "invalid_value", "top_p"),
-        (chat(json!({"presence_penalty": 3})), "invalid_value", "presence_penalty"),
+        (
+            chat(json!({"presence_penalty": 3})),
+            "invalid_value",
+            "presence_penalty",
+        ),
         (chat(json!({"messages": []})), "invalid_value", "messages"),
         (chat(json!({"messages": "hi"})), "invalid_value", "messages"),
-        (chat(json!({"max_tokens": 1_000_000_000_000i64})), "invalid_value", "max_tokens"),
-        (chat(json!({"max_tokens": -5})), "invalid_value", "max_tokens"),
-        (chat(json!({"tools": [{"type": "function"}]})), "unsupported_parameter", "tools"),
-        (chat(json!({"response_format": {"type": "json_object"}})), "unsupported_parameter", "response_format"),
+        (
+            chat(json!({"max_tokens": 1_000_000_000_000i64})),
+            "invalid_value",
+            "max_tokens",
+        ),
+        (
+            chat(json!({"max_tokens": -5})),
+            "invalid_value",
+            "max_tokens",
+        ),
+        (
+            chat(json!({"tools": [{"type": "function"}]})),
+            "unsupported_parameter",
+            "tools",
+        ),
+        (
+            chat(json!({"response_format": {"type": "json_object"}})),
+            "unsupported_parameter",
+            "response_format",
+        ),
         (chat(json!({"best_of": 2})), "unknown_parameter", "best_of"),
-        (chat(json!({"logit_bias": {"999999": 1}})), "invalid_value", "logit_bias"),
+        (
+            chat(json!({"logit_bias": {"999999": 1}})),
+            "invalid_value",
+            "logit_bias",
+        ),
         (chat(json!({"n": 0})), "invalid_value", "n"),
     ];
     for (body, code, param) in cases {
@@ -55,16 +94,30 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
         assert_eq!(e["param"], param, "{body}");
         assert_eq!(e["type"], "invalid_request_error");
     }
-    let (status, v) = s.post("/v1/completions", json!({"prompt": [5, 99999]})).await;
-    assert_eq!(error_of(status, &v, 400, "invalid_value")["param"], "prompt");
-    let (status, v) = s.post("/v1/completions", json!({"prompt": "x", "echo": true})).await;
-    assert_eq!(error_of(status, &v, 400, "unsupported_parameter")["param"], "echo");
+    let (status, v) = s
+        .post("/v1/completions", json!({"prompt": [5, 99999]}))
+        .await;
+    assert_eq!(
+        error_of(status, &v, 400, "invalid_value")["param"],
+        "prompt"
+    );
+    let (status, v) = s
+        .post("/v1/completions", json!({"prompt": "x", "echo": true}))
+        .await;
+    assert_eq!(
+        error_of(status, &v, 400, "unsupported_parameter")["param"],
+        "echo"
+    );
 
     // Not JSON, not an object, empty: 400 in the same shape.
     for raw in ["{\"prompt\": ", "[1, 2]", "", "null"] {
         let r = s
             .endpoint
-            .send(Method::POST, "/v1/completions", Some((Bytes::from(raw), "application/json")))
+            .send(
+                Method::POST,
+                "/v1/completions",
+                Some((Bytes::from(raw), "application/json")),
+            )
             .await
             .unwrap();
         let status = r.status;
@@ -72,7 +125,9 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
         error_of(status, &v, 400, "invalid_json");
     }
     assert_eq!(s.get("/health").await.0, 200);
-    let (status, _) = s.post("/v1/completions", json!({"prompt": "ok", "max_tokens": 2})).await;
+    let (status, _) = s
+        .post("/v1/completions", json!({"prompt": "ok", "max_tokens": 2}))
+        .await;
     assert_eq!(status, 200);
 }
 
@@ -80,15 +135,26 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
 async fn unknown_model_is_404() {
     let s = server().await;
     let (status, v) = s
-        .post("/v1/chat/completions", json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}))
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}),
+        )
         .await;
-    assert_eq!(error_of(status, &v, 404, "model_not_found")["param"], "model");
+    assert_eq!(
+        error_of(status, &v, 404, "model_not_found")["param"],
+        "model"
+    );
 }
 
 #[tokio::test]
 async fn context_and_memory_refusals_carry_their_numbers() {
     let s = server().await;
-    let (status, v) = s.post("/v1/completions", json!({"prompt": "hello", "max_tokens": 600})).await;
+    let (status, v) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "hello", "max_tokens": 600}),
+        )
+        .await;
     let e = error_of(status, &v, 400, "context_length_exceeded");
     assert_eq!(e["limit_tokens"], 512);
     assert!(e["estimated_bytes"].as_u64().unwrap() > e["limit_bytes"].as_u64().unwrap());
@@ -100,13 +166,24 @@ async fn context_and_memory_refusals_carry_their_numbers() {
     };
     let small = TestServer::start(synthetic_state(&tiny(), sched, ServerConfig::default())).await;
     let (status, v) = small
-        .post("/v1/completions", json!({"prompt": "hello", "max_tokens": 100}))
+        .post(
+            "/v1/completions",
+            json!({"prompt": "hello", "max_tokens": 100}),
+        )
         .await;
     let e = error_of(status, &v, 400, "device_memory_budget_exceeded");
     let per_block = e["limit_bytes"].as_u64().unwrap() / 4;
     assert_eq!(e["limit_blocks"], 4);
-    assert_eq!(e["estimated_bytes"], e["requested_blocks"].as_u64().unwrap() * per_block);
-    let (status, _) = small.post("/v1/completions", json!({"prompt": "hello", "max_tokens": 8})).await;
+    assert_eq!(
+        e["estimated_bytes"],
+        e["requested_blocks"].as_u64().unwrap() * per_block
+    );
+    let (status, _) = small
+        .post(
+            "/v1/completions",
+            json!({"prompt": "hello", "max_tokens": 8}),
+        )
+        .await;
     assert_eq!(status, 200, "a request that fits is still served");
 }
 
@@ -118,11 +195,19 @@ async fn an_oversized_body_is_413() {
     };
     let s = TestServer::start(synthetic_state(&tiny(), SchedulerConfig::default(), config)).await;
     let (status, v) = s
-        .post("/v1/completions", json!({"prompt": "x".repeat(4000), "max_tokens": 1}))
+        .post(
+            "/v1/completions",
+            json!({"prompt": "x".repeat(4000), "max_tokens": 1}),
+        )
         .await;
     let e = error_of(status, &v, 413, "payload_too_large");
     assert!(e["message"].as_str().unwrap().contains("1024"));
-    let (status, _) = s.post("/v1/completions", json!({"prompt": "fits", "max_tokens": 1})).await;
+    let (status, _) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "fits", "max_tokens": 1}),
+        )
+        .await;
     assert_eq!(status, 200);
 }
 
@@ -139,12 +224,20 @@ async fn a_full_queue_is_503_with_retry_after() {
     let running = s.post_raw("/v1/completions", long.clone()).await;
     let mut running = running.events();
     running.next_data().await.unwrap();
-    assert!(s.wait_for(Duration::from_secs(10), |st| st.running == 1).await);
+    assert!(
+        s.wait_for(Duration::from_secs(10), |st| st.running == 1)
+            .await
+    );
     // ...one waiting...
     let waiting = s.post_raw("/v1/completions", long.clone()).await;
-    assert!(s.wait_for(Duration::from_secs(10), |st| st.queued == 1).await);
+    assert!(
+        s.wait_for(Duration::from_secs(10), |st| st.queued == 1)
+            .await
+    );
     // ...and the next is refused.
-    let r = s.post_raw("/v1/completions", json!({"prompt": "x", "max_tokens": 1})).await;
+    let r = s
+        .post_raw("/v1/completions", json!({"prompt": "x", "max_tokens": 1}))
+        .await;
     assert_eq!(r.status, 503);
     assert_eq!(r.headers["retry-after"], "1");
     let v = r.json().await.unwrap();
@@ -152,7 +245,9 @@ async fn a_full_queue_is_503_with_retry_after() {
     assert_eq!(e["queue_cap"], 1);
     drop((running, waiting));
     assert!(
-        s.wait_for(Duration::from_secs(10), |st| st.running == 0 && st.queued == 0 && st.blocks_free == st.blocks_total)
+        s.wait_for(Duration::from_secs(10), |st| st.running == 0
+            && st.queued == 0
+            && st.blocks_free == st.blocks_total)
             .await,
         "{:?}",
         s.status()

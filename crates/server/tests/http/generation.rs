@@ -13,8 +13,11 @@ fn state() -> AppState {
 }
 
 fn greedy(extra: Value) -> Value {
-    let mut body = json!({"prompt": "hello world", "max_tokens": 12, "temperature": 0, "ignore_eos": true});
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let mut body =
+        json!({"prompt": "hello world", "max_tokens": 12, "temperature": 0, "ignore_eos": true});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     body
 }
 
@@ -24,7 +27,9 @@ fn chat(extra: Value) -> Value {
         "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
         "max_tokens": 10, "temperature": 0, "ignore_eos": true,
     });
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     body
 }
 
@@ -40,9 +45,16 @@ async fn completions_json_has_text_finish_reason_and_usage() {
     assert_eq!(v["usage"]["completion_tokens"], 12);
     let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
     let (_, t) = server
-        .post("/tokenize", json!({"content": "hello world", "add_special": true}))
+        .post(
+            "/tokenize",
+            json!({"content": "hello world", "add_special": true}),
+        )
         .await;
-    assert_eq!(prompt_tokens as usize, t["tokens"].as_array().unwrap().len(), "BOS + text");
+    assert_eq!(
+        prompt_tokens as usize,
+        t["tokens"].as_array().unwrap().len(),
+        "BOS + text"
+    );
     assert_eq!(v["usage"]["total_tokens"], prompt_tokens + 12);
 
     // The same prompt as token ids gives the same text.
@@ -74,10 +86,14 @@ async fn completions_stream_matches_json_and_reports_usage() {
         .collect();
     assert_eq!(finish.len(), 1);
     assert_eq!(finish[0]["choices"][0]["finish_reason"], "length");
-    assert!(events[..events.len() - 2].iter().all(|e| e["usage"].is_null()));
+    assert!(events[..events.len() - 2]
+        .iter()
+        .all(|e| e["usage"].is_null()));
 
     // Without include_usage there is no usage chunk and no usage field.
-    let (_, events) = server.stream("/v1/completions", greedy(json!({"stream": true}))).await;
+    let (_, events) = server
+        .stream("/v1/completions", greedy(json!({"stream": true})))
+        .await;
     assert!(events.iter().all(|e| e.get("usage").is_none()));
 }
 
@@ -109,11 +125,22 @@ async fn chat_prompt_is_the_gemma_format_with_one_bos() {
     let (_, v) = server.post("/v1/chat/completions", chat(json!({}))).await;
     let rendered = "<start_of_turn>user\nbe brief\n\nhi there<end_of_turn>\n<start_of_turn>model\n";
     let (_, t) = server
-        .post("/tokenize", json!({"content": rendered, "add_special": true}))
+        .post(
+            "/tokenize",
+            json!({"content": rendered, "add_special": true}),
+        )
         .await;
-    assert_eq!(v["usage"]["prompt_tokens"], t["tokens"].as_array().unwrap().len());
+    assert_eq!(
+        v["usage"]["prompt_tokens"],
+        t["tokens"].as_array().unwrap().len()
+    );
     // A prompt that writes BOS itself does not get a second one.
-    let (_, a) = server.post("/v1/completions", greedy(json!({"prompt": "<bos>hello world"}))).await;
+    let (_, a) = server
+        .post(
+            "/v1/completions",
+            greedy(json!({"prompt": "<bos>hello world"})),
+        )
+        .await;
     let (_, b) = server.post("/v1/completions", greedy(json!({}))).await;
     assert_eq!(a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"]);
     assert_eq!(text_of(&a), text_of(&b));
@@ -122,7 +149,9 @@ async fn chat_prompt_is_the_gemma_format_with_one_bos() {
 #[tokio::test]
 async fn stop_strings_cut_the_text() {
     let server = TestServer::start(state()).await;
-    let (_, v) = server.post("/v1/completions", greedy(json!({"max_tokens": 24}))).await;
+    let (_, v) = server
+        .post("/v1/completions", greedy(json!({"max_tokens": 24})))
+        .await;
     let full = text_of(&v);
     let chars: Vec<char> = full.chars().collect();
     assert!(chars.len() >= 8, "{full:?}");
@@ -131,16 +160,25 @@ async fn stop_strings_cut_the_text() {
     let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
     let expected = &full[..full.find(&stop).unwrap()];
     for stream in [false, true] {
-        let body = greedy(json!({"max_tokens": 24, "stop": [stop, "never-there"], "stream": stream}));
+        let body =
+            greedy(json!({"max_tokens": 24, "stop": [stop, "never-there"], "stream": stream}));
         let (text, finish) = if stream {
             let (_, events) = server.stream("/v1/completions", body).await;
-            let finish = events
-                .iter()
-                .find_map(|e| e["choices"][0]["finish_reason"].as_str().map(str::to_string));
+            let finish = events.iter().find_map(|e| {
+                e["choices"][0]["finish_reason"]
+                    .as_str()
+                    .map(str::to_string)
+            });
             (streamed_text(&events, 0), finish.unwrap())
         } else {
             let (_, v) = server.post("/v1/completions", body).await;
-            (text_of(&v), v["choices"][0]["finish_reason"].as_str().unwrap().to_string())
+            (
+                text_of(&v),
+                v["choices"][0]["finish_reason"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
         };
         assert_eq!(text, expected, "stream: {stream}");
         assert_eq!(finish, "stop");
@@ -150,9 +188,7 @@ async fn stop_strings_cut_the_text() {
 #[tokio::test]
 async fn seeds_reproduce_and_n_gives_one_choice_each() {
     let server = TestServer::start(state()).await;
-    let sampled = |seed: u64, n: u64| {
-        json!({"prompt": "hello", "max_tokens": 16, "temperature": 1.0, "seed": seed, "n": n, "ignore_eos": true})
-    };
+    let sampled = |seed: u64, n: u64| json!({"prompt": "hello", "max_tokens": 16, "temperature": 1.0, "seed": seed, "n": n, "ignore_eos": true});
     let (_, a) = server.post("/v1/completions", sampled(42, 1)).await;
     let (_, b) = server.post("/v1/completions", sampled(42, 1)).await;
     let (_, c) = server.post("/v1/completions", sampled(43, 1)).await;
@@ -166,22 +202,35 @@ async fn seeds_reproduce_and_n_gives_one_choice_each() {
     for (i, c) in choices.iter().enumerate() {
         assert_eq!(c["index"], i);
     }
-    assert_eq!(choices[0]["text"], a["choices"][0]["text"], "choice 0 uses the seed itself");
+    assert_eq!(
+        choices[0]["text"], a["choices"][0]["text"],
+        "choice 0 uses the seed itself"
+    );
     assert_ne!(choices[0]["text"], choices[1]["text"]);
     assert_eq!(v["usage"]["completion_tokens"], 48);
-    assert_eq!(v["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"], "the prompt counts once");
+    assert_eq!(
+        v["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"],
+        "the prompt counts once"
+    );
 
     // Streaming n = 2: every chunk names its choice, each choice finishes once.
     let mut body = sampled(42, 2);
     body["stream"] = json!(true);
-    let (_, events) = server.stream("/v1/chat/completions", json!({
-        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "seed": 5, "n": 2,
-        "ignore_eos": true, "stream": true,
-    })).await;
+    let (_, events) = server
+        .stream(
+            "/v1/chat/completions",
+            json!({
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "seed": 5, "n": 2,
+                "ignore_eos": true, "stream": true,
+            }),
+        )
+        .await;
     for i in 0..2u64 {
         let finishes = events
             .iter()
-            .filter(|e| e["choices"][0]["index"] == i && e["choices"][0]["finish_reason"].is_string())
+            .filter(|e| {
+                e["choices"][0]["index"] == i && e["choices"][0]["finish_reason"].is_string()
+            })
             .count();
         assert_eq!(finishes, 1, "choice {i}");
     }
@@ -193,7 +242,10 @@ async fn seeds_reproduce_and_n_gives_one_choice_each() {
 async fn logprobs_have_the_openai_shapes() {
     let server = TestServer::start(state()).await;
     let (status, v) = server
-        .post("/v1/chat/completions", chat(json!({"logprobs": true, "top_logprobs": 3})))
+        .post(
+            "/v1/chat/completions",
+            chat(json!({"logprobs": true, "top_logprobs": 3})),
+        )
         .await;
     assert_eq!(status, 200, "{v}");
     let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
@@ -208,7 +260,9 @@ async fn logprobs_have_the_openai_shapes() {
         assert!(entry["bytes"].is_array());
     }
 
-    let (_, v) = server.post("/v1/completions", greedy(json!({"logprobs": 2}))).await;
+    let (_, v) = server
+        .post("/v1/completions", greedy(json!({"logprobs": 2})))
+        .await;
     let lp = &v["choices"][0]["logprobs"];
     for key in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
         assert_eq!(lp[key].as_array().unwrap().len(), 12, "{key}");
@@ -217,13 +271,19 @@ async fn logprobs_have_the_openai_shapes() {
     assert_eq!(lp["text_offset"][0], 0);
 
     let (_, events) = server
-        .stream("/v1/completions", greedy(json!({"logprobs": 1, "stream": true})))
+        .stream(
+            "/v1/completions",
+            greedy(json!({"logprobs": 1, "stream": true})),
+        )
         .await;
     let with_logprobs = events
         .iter()
         .filter(|e| e["choices"][0]["logprobs"]["tokens"].is_array())
         .count();
-    assert_eq!(with_logprobs, 12, "one chunk per token when logprobs are asked for");
+    assert_eq!(
+        with_logprobs, 12,
+        "one chunk per token when logprobs are asked for"
+    );
     // Without logprobs the field is null.
     let (_, v) = server.post("/v1/completions", greedy(json!({}))).await;
     assert!(v["choices"][0]["logprobs"].is_null());
@@ -234,9 +294,15 @@ async fn max_tokens_defaults_to_the_context_left() {
     // Context 512, default max_tokens 2048: capped at what the prompt leaves.
     let server = TestServer::start(state()).await;
     let (status, v) = server
-        .post("/v1/completions", json!({"prompt": "hello", "temperature": 0, "ignore_eos": true}))
+        .post(
+            "/v1/completions",
+            json!({"prompt": "hello", "temperature": 0, "ignore_eos": true}),
+        )
         .await;
     assert_eq!(status, 200, "{v}");
     let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
-    assert_eq!(v["usage"]["completion_tokens"].as_u64().unwrap() + prompt, 512);
+    assert_eq!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() + prompt,
+        512
+    );
 }

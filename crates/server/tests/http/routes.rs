@@ -44,7 +44,10 @@ async fn health_is_503_while_loading_then_200() {
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let server = TestServer::start(state()).await;
-    assert_eq!(server.get("/health").await, (200, r#"{"status":"ok"}"#.to_string()));
+    assert_eq!(
+        server.get("/health").await,
+        (200, r#"{"status":"ok"}"#.to_string())
+    );
 }
 
 #[tokio::test]
@@ -68,15 +71,23 @@ async fn models_lists_the_served_model() {
 async fn tokenize_and_detokenize_round_trip() {
     let server = TestServer::start(state()).await;
     let (status, v) = server
-        .post("/tokenize", json!({"content": "hello world", "add_special": true}))
+        .post(
+            "/tokenize",
+            json!({"content": "hello world", "add_special": true}),
+        )
         .await;
     assert_eq!(status, 200);
     let ids = v["tokens"].as_array().unwrap().clone();
     assert_eq!(ids[0], 2, "add_special adds the model's BOS");
-    let (_, plain) = server.post("/tokenize", json!({"content": "hello world"})).await;
+    let (_, plain) = server
+        .post("/tokenize", json!({"content": "hello world"}))
+        .await;
     assert_eq!(plain["tokens"].as_array().unwrap().len(), ids.len() - 1);
     let (_, pieces) = server
-        .post("/tokenize", json!({"content": "hello", "with_pieces": true}))
+        .post(
+            "/tokenize",
+            json!({"content": "hello", "with_pieces": true}),
+        )
         .await;
     let joined: String = pieces["tokens"]
         .as_array()
@@ -85,13 +96,19 @@ async fn tokenize_and_detokenize_round_trip() {
         .map(|t| t["piece"].as_str().unwrap())
         .collect();
     assert_eq!(joined, "hello");
-    let (status, text) = server.post("/detokenize", json!({"tokens": plain["tokens"]})).await;
+    let (status, text) = server
+        .post("/detokenize", json!({"tokens": plain["tokens"]}))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(text["content"], "hello world");
-    let (status, e) = server.post("/detokenize", json!({"tokens": [1, 99999]})).await;
+    let (status, e) = server
+        .post("/detokenize", json!({"tokens": [1, 99999]}))
+        .await;
     assert_eq!(status, 400);
     assert_eq!(e["error"]["param"], "tokens[1]");
-    let (status, e) = server.post("/tokenize", json!({"content": "x", "add_bos": true})).await;
+    let (status, e) = server
+        .post("/tokenize", json!({"content": "x", "add_bos": true}))
+        .await;
     assert_eq!(status, 400);
     assert_eq!(e["error"]["param"], "add_bos");
 }
@@ -112,12 +129,15 @@ async fn unknown_routes_and_methods_answer_in_the_api_shape() {
 async fn a_panicking_handler_is_a_500_for_that_request_only() {
     let state = state();
     let routes = Router::new()
-        .route("/boom", get(|| async {
-            if std::hint::black_box(true) {
-                panic!("deliberate test panic");
-            }
-            "unreachable"
-        }))
+        .route(
+            "/boom",
+            get(|| async {
+                if std::hint::black_box(true) {
+                    panic!("deliberate test panic");
+                }
+                "unreachable"
+            }),
+        )
         .route("/fine", get(|| async { "fine" }));
     let router = with_layers(routes, state.clone());
     let r = router
@@ -128,26 +148,45 @@ async fn a_panicking_handler_is_a_500_for_that_request_only() {
     assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let v = body_json(r).await;
     assert_eq!(v["error"]["code"], "internal_error");
-    assert!(!v["error"]["message"].as_str().unwrap().contains("deliberate"), "details stay in the log");
+    assert!(
+        !v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deliberate"),
+        "details stay in the log"
+    );
     let r = router
         .oneshot(Request::get("/fine").body(Body::empty()).unwrap())
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(state.metrics.requests("/boom", 500), 1, "the panic was counted");
+    assert_eq!(
+        state.metrics.requests("/boom", 500),
+        1,
+        "the panic was counted"
+    );
 }
 
 #[tokio::test]
 async fn metrics_expose_every_series() {
     let server = TestServer::start(state()).await;
     let (status, _) = server
-        .post("/v1/completions", json!({"prompt": "ab", "max_tokens": 3, "temperature": 0, "ignore_eos": true}))
+        .post(
+            "/v1/completions",
+            json!({"prompt": "ab", "max_tokens": 3, "temperature": 0, "ignore_eos": true}),
+        )
         .await;
     assert_eq!(status, 200);
     let _ = server.get("/nope").await;
     // The scheduler publishes its numbers at the end of a tick, just after the last event.
-    let idle = |st: &ferrox_sched::SchedulerStatus| st.finished.length == 1 && st.blocks_free == st.blocks_total;
-    assert!(server.wait_for(std::time::Duration::from_secs(5), idle).await);
+    let idle = |st: &ferrox_sched::SchedulerStatus| {
+        st.finished.length == 1 && st.blocks_free == st.blocks_total
+    };
+    assert!(
+        server
+            .wait_for(std::time::Duration::from_secs(5), idle)
+            .await
+    );
     let (status, text) = server.get("/metrics").await;
     assert_eq!(status, 200);
     for series in [

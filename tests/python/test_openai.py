@@ -1,0 +1,217 @@
+"""The official `openai` Python SDK against a running `ferrox serve` (the default model).
+
+Run by scripts/client-tests.sh, which starts the server and sets FERROX_URL (the base URL
+including /v1). Works under pytest or as a plain script (`python3 test_openai.py`), which
+prints "N passed, N failed" and exits non-zero on a failure.
+
+The default model (Gemma 3 270M, a base model) is tiny and not instruction-tuned, so the
+tests check the protocol (shapes, usage, stop, seeds, n, logprobs, errors), never the
+quality of an answer.
+"""
+
+import os
+import sys
+
+import openai
+
+BASE_URL = os.environ.get("FERROX_URL", "http://127.0.0.1:8080/v1")
+# No retries: a 503 or a 400 must reach the test as it is.
+client = openai.OpenAI(base_url=BASE_URL, api_key="unused", max_retries=0, timeout=120)
+
+
+def served_model():
+    return client.models.list().data[0].id
+
+
+MODEL = None
+
+
+def model():
+    global MODEL
+    if MODEL is None:
+        MODEL = served_model()
+    return MODEL
+
+
+def chat(**kw):
+    args = dict(
+        model=model(),
+        messages=[{"role": "user", "content": "What is 2 + 2?"}],
+        max_tokens=8,
+        temperature=0,
+    )
+    args.update(kw)
+    return client.chat.completions.create(**args)
+
+
+def complete(**kw):
+    args = dict(model=model(), prompt="The capital of France is", max_tokens=8, temperature=0)
+    args.update(kw)
+    return client.completions.create(**args)
+
+
+def expect_error(cls, fn, code=None, param=None):
+    try:
+        fn()
+    except cls as e:
+        if code is not None:
+            assert e.code == code, (e.code, e.body)
+        if param is not None:
+            assert e.param == param, (e.param, e.body)
+        return e
+    raise AssertionError(f"expected {cls.__name__}")
+
+
+def test_models_lists_the_served_model():
+    models = client.models.list().data
+    assert len(models) == 1
+    assert models[0].object == "model"
+    assert client.models.retrieve(model()).id == model()
+
+
+def test_chat_completion_has_message_and_usage():
+    r = chat()
+    assert r.object == "chat.completion"
+    assert r.model == model()
+    c = r.choices[0]
+    assert c.message.role == "assistant"
+    assert isinstance(c.message.content, str) and c.message.content
+    assert c.finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens <= 8
+    assert r.usage.prompt_tokens > 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_completion_has_text_and_usage():
+    r = complete(extra_body={"ignore_eos": True})
+    assert r.object == "text_completion"
+    assert r.choices[0].text
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 8
+
+
+def test_chat_streaming_with_usage():
+    whole = chat(max_tokens=10)
+    chunks = list(chat(max_tokens=10, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage.completion_tokens == whole.usage.completion_tokens
+    assert last.usage.prompt_tokens == whole.usage.prompt_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_completion_streaming_with_usage():
+    whole = complete()
+    chunks = list(complete(stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text
+    assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+
+def test_stop_string_ends_the_text():
+    full = complete(max_tokens=16).choices[0].text
+    words = full.split()
+    assert len(words) >= 3, full
+    stop = " " + words[2]
+    r = complete(max_tokens=16, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == full[: full.index(stop)]
+    assert stop not in r.choices[0].text
+
+
+def test_seed_reproduces_sampling():
+    a = complete(temperature=1.0, seed=1234, max_tokens=12)
+    b = complete(temperature=1.0, seed=1234, max_tokens=12)
+    assert a.choices[0].text == b.choices[0].text
+
+
+def test_n_gives_several_choices():
+    r = chat(n=3, temperature=1.0, seed=7, max_tokens=6)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    # Each choice has its own seed (seed + index): sampled texts differ.
+    assert len({c.message.content for c in r.choices}) > 1
+    assert r.usage.completion_tokens <= 18  # the sum over the choices
+    r = complete(n=2, temperature=1.0, seed=7, max_tokens=6, extra_body={"ignore_eos": True})
+    assert len(r.choices) == 2
+    assert r.usage.completion_tokens == 12
+
+
+def test_chat_logprobs():
+    r = chat(logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) >= 1
+    for entry in content:
+        assert entry.logprob <= 0.0
+        assert len(entry.top_logprobs) == 3
+        # Greedy: the chosen token is the most likely.
+        assert abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-5
+        assert isinstance(entry.bytes, list)
+
+
+def test_completion_logprobs():
+    r = complete(logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert len(lp.tokens) == r.usage.completion_tokens or r.choices[0].finish_reason == "stop"
+    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    assert lp.text_offset[0] == 0
+
+
+def test_unsupported_parameter_is_400_naming_it():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    expect_error(openai.BadRequestError, lambda: chat(tools=tools), "unsupported_parameter", "tools")
+    expect_error(
+        openai.BadRequestError,
+        lambda: chat(response_format={"type": "json_object"}),
+        "unsupported_parameter",
+        "response_format",
+    )
+    expect_error(
+        openai.BadRequestError,
+        lambda: chat(extra_body={"frobnicate": 1}),
+        "unknown_parameter",
+        "frobnicate",
+    )
+
+
+def test_validation_errors_are_400():
+    expect_error(openai.BadRequestError, lambda: chat(messages=[]), "invalid_value", "messages")
+    expect_error(openai.BadRequestError, lambda: chat(max_tokens=10**13), "invalid_value", "max_tokens")
+    expect_error(openai.BadRequestError, lambda: chat(temperature=-1), "invalid_value", "temperature")
+    expect_error(openai.BadRequestError, lambda: chat(n=1000), "invalid_value", "n")
+    e = expect_error(
+        openai.BadRequestError, lambda: complete(max_tokens=10**6), "context_length_exceeded"
+    )
+    assert e.body["estimated_bytes"] > e.body["limit_bytes"]
+
+
+def test_unknown_model_is_404():
+    expect_error(openai.NotFoundError, lambda: chat(model="gpt-4o"), "model_not_found", "model")
+
+
+def test_server_still_serves_after_errors():
+    assert chat(max_tokens=2).choices[0].message.content is not None
+
+
+def main():
+    tests = [(name, fn) for name, fn in sorted(globals().items()) if name.startswith("test_")]
+    passed = failed = 0
+    for name, fn in tests:
+        try:
+            fn()
+            passed += 1
+            print(f"ok   {name}")
+        except Exception as e:  # noqa: BLE001 - report every failure and go on
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
