@@ -84,9 +84,24 @@ fn main() {
         }
         return;
     }
-    if std::env::args().nth(2).as_deref() == Some("q8") {
+    if std::env::args().nth(2).as_deref() == Some("one") {
+        // `one TYPE N`: repeat one compute-bound case (for perf).
+        let ty = std::env::args().nth(3).unwrap_or_default();
+        let ty = GgmlType::ALL
+            .into_iter()
+            .find(|t| t.name() == ty)
+            .unwrap_or(GgmlType::Q8_0);
+        let n: usize = std::env::args()
+            .nth(4)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let (rows, cols) = if ty.block_elems() == 256 {
+            (64, 2048)
+        } else {
+            (256, 640)
+        };
         for _ in 0..20 {
-            compute_bound(GgmlType::Q8_0, 256, 640, 16);
+            compute_bound(ty, rows, cols, n);
         }
         return;
     }

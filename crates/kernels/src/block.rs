@@ -169,7 +169,7 @@ pub trait WeightBlock: Block {
     }
 
     /// [`WeightBlock::dot_avx2`] over consecutive weight rows of `bpr` blocks each:
-    /// `emit(i, dots of row i)`. Formats override it to keep the loop inside one
+    /// `out[i]` = the dots of row `i`. Formats override it to keep the loop inside one
     /// `target_feature` function (no call per row); each row's result is unchanged.
     ///
     /// # Safety
@@ -178,11 +178,11 @@ pub trait WeightBlock: Block {
         w: &[Self],
         bpr: usize,
         xs: [&[Self::Act]; R],
-        emit: &mut dyn FnMut(usize, [f32; R]),
+        out: &mut [[f32; R]],
     ) {
         for (i, row) in w.chunks_exact(bpr).enumerate() {
             // SAFETY: forwarded from the caller.
-            emit(i, unsafe { Self::dot_avx2(row, xs) });
+            out[i] = unsafe { Self::dot_avx2(row, xs) };
         }
     }
 }
@@ -199,14 +199,14 @@ pub fn dot_rows<W: WeightBlock, const R: usize>(isa: Isa, w: &[W], xs: [&[W::Act
 }
 
 /// `R` dot products for each of the consecutive weight rows in `w` (`bpr` blocks each):
-/// calls `emit(i, dots of row i)`. Same results as [`dot_rows`] row by row.
+/// `out[i]` = the dots of row `i`. Same results as [`dot_rows`] row by row.
 #[inline]
 pub fn dot_rows_multi<W: WeightBlock, const R: usize>(
     isa: Isa,
     w: &[W],
     bpr: usize,
     xs: [&[W::Act]; R],
-    emit: &mut dyn FnMut(usize, [f32; R]),
+    out: &mut [[f32; R]],
 ) {
     assert!(
         bpr > 0 && w.len().is_multiple_of(bpr),
@@ -214,10 +214,10 @@ pub fn dot_rows_multi<W: WeightBlock, const R: usize>(
     );
     if isa.is_avx2() {
         // SAFETY: an `Isa` with kind Avx2 exists only if the CPU has AVX2, FMA and F16C.
-        unsafe { W::dot_avx2_rows(w, bpr, xs, emit) }
+        unsafe { W::dot_avx2_rows(w, bpr, xs, out) }
     } else {
         for (i, row) in w.chunks_exact(bpr).enumerate() {
-            emit(i, W::dot_scalar(row, xs));
+            out[i] = W::dot_scalar(row, xs);
         }
     }
 }

@@ -143,10 +143,10 @@ mod avx2 {
         a: &[T],
         cols: usize,
         bs: [&[f32]; R],
-        emit: &mut dyn FnMut(usize, [f32; R]),
+        out: &mut [[f32; R]],
     ) {
         for (i, row) in a.chunks_exact(cols).enumerate() {
-            emit(i, dot(row, bs));
+            out[i] = dot(row, bs);
         }
     }
 
@@ -280,10 +280,10 @@ macro_rules! float_weight_block {
                 w: &[Self],
                 bpr: usize,
                 xs: [&[f32]; R],
-                emit: &mut dyn FnMut(usize, [f32; R]),
+                out: &mut [[f32; R]],
             ) {
                 // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { avx2::dot_rows(w, bpr, xs, emit) }
+                unsafe { avx2::dot_rows(w, bpr, xs, out) }
             }
         }
     };

@@ -397,10 +397,10 @@ macro_rules! k_weight_block {
                 w: &[Self],
                 bpr: usize,
                 xs: [&[BlockQ8K]; R],
-                emit: &mut dyn FnMut(usize, [f32; R]),
+                out: &mut [[f32; R]],
             ) {
                 // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { crate::kquants_avx2::dot_rows(w, bpr, xs, emit) }
+                unsafe { crate::kquants_avx2::dot_rows(w, bpr, xs, out) }
             }
         }
     };

@@ -11,7 +11,6 @@
 //!
 //! `maddubs` saturates at i16: the largest pair is 2*63*127 (Q6_K), which fits.
 
-use crate::block::f16_to_f32;
 use crate::kquants::{
     k_accumulate, unpack_scale_min_k4_words, unpack_scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K,
     BlockQ5K, BlockQ6K, BlockQ8K, KQuant,
@@ -35,11 +34,11 @@ pub trait KAvx2: KQuant {
         w: &[Self],
         bpr: usize,
         xs: [&[BlockQ8K]; R],
-        emit: &mut dyn FnMut(usize, [f32; R]),
+        out: &mut [[f32; R]],
     ) {
         for (i, row) in w.chunks_exact(bpr).enumerate() {
             // SAFETY: AVX2 is enabled in this function.
-            emit(i, unsafe { Self::dot_impl(row, xs) });
+            out[i] = unsafe { Self::dot_impl(row, xs) };
         }
     }
 }
@@ -53,13 +52,13 @@ pub unsafe fn dot_rows<B: KAvx2, const R: usize>(
     w: &[B],
     bpr: usize,
     xs: [&[BlockQ8K]; R],
-    emit: &mut dyn FnMut(usize, [f32; R]),
+    out: &mut [[f32; R]],
 ) {
     for x in &xs {
         assert!(x.len() >= bpr, "activation row too short");
     }
     // SAFETY: forwarded from the caller.
-    unsafe { B::rows_impl(w, bpr, xs, emit) }
+    unsafe { B::rows_impl(w, bpr, xs, out) }
 }
 
 /// `R` rows of `dot(w, xs[r])`.
@@ -100,14 +99,74 @@ fn load_bsums(x: &BlockQ8K) -> __m256i {
     unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
 
-/// i16 lanes from 16 i8 scales in `s`: `s[a]` for the first 16 values of a 32-value chunk,
-/// `s[b]` for the second (the layout `madd` after `maddubs` needs).
+/// Sixteen i16 scales `s0..s15` as two vectors, `[s0..s7 | s0..s7]` and `[s8..s15 | s8..s15]`,
+/// from which [`Scales16::pair`] picks with one shuffle.
+#[derive(Clone, Copy)]
+struct Scales16 {
+    lo: __m256i,
+    hi: __m256i,
+}
+
+impl Scales16 {
+    /// From 16 i16 lanes in scale order.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn new(s16: __m256i) -> Scales16 {
+        Scales16 {
+            lo: _mm256_permute4x64_epi64(s16, 0b01_00_01_00),
+            hi: _mm256_permute4x64_epi64(s16, 0b11_10_11_10),
+        }
+    }
+
+    /// i16 lanes: scale `a` for the first 16 values of a 32-value chunk, scale `b` for the
+    /// second (the layout `madd` after `maddubs` needs). `a` and `b` lie in the same half
+    /// (both < 8 or both >= 8). The shuffle control comes from a table, so this is one load
+    /// and one shuffle even when the caller's loop is not unrolled.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn pair(self, a: usize, b: usize) -> __m256i {
+        assert!(
+            a / 8 == b / 8 && b < 16,
+            "scale pair ({a}, {b}) spans halves"
+        );
+        let src = if a < 8 { self.lo } else { self.hi };
+        let ctrl = &PAIR_CTRL[a % 8][b % 8];
+        // SAFETY: 32 readable bytes.
+        _mm256_shuffle_epi8(src, unsafe { _mm256_loadu_si256(ctrl.as_ptr().cast()) })
+    }
+}
+
+/// `PAIR_CTRL[a][b]`: bytes selecting i16 lane `a` into every lane of the low 128 bits and
+/// lane `b` into every lane of the high 128 bits.
+static PAIR_CTRL: [[[u8; 32]; 8]; 8] = pair_ctrl_table();
+
+const fn pair_ctrl_table() -> [[[u8; 32]; 8]; 8] {
+    let mut t = [[[0u8; 32]; 8]; 8];
+    let mut a = 0;
+    while a < 8 {
+        let mut b = 0;
+        while b < 8 {
+            let mut i = 0;
+            while i < 16 {
+                t[a][b][i] = (2 * a + i % 2) as u8;
+                t[a][b][16 + i] = (2 * b + i % 2) as u8;
+                i += 1;
+            }
+            b += 1;
+        }
+        a += 1;
+    }
+    t
+}
+
+/// Two f16 values (little-endian, adjacent) as f32.
 #[inline]
-#[target_feature(enable = "avx2")]
-fn scale_pair(s: __m128i, a: usize, b: usize) -> __m256i {
-    let (a, b) = (a as i8, b as i8);
-    let ctrl = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctrl))
+#[target_feature(enable = "avx2,f16c")]
+fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+        a[0], a[1], b[0], b[1],
+    ])));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
 /// `v >> bits` in 16-bit lanes with an immediate shift (`bits` is a constant once the
@@ -162,15 +221,19 @@ fn accumulate<const R: usize>(
     }
 }
 
-/// Q4_K/Q5_K scales and mins as bytes `sc0..sc7, mn0..mn7`, and the mins as 16 i16 lanes
-/// (each twice: one per 16-value activation group, to `madd` with the bsums).
+/// Q4_K/Q5_K scales and mins: as [`Scales16`] (sub-block k's scale at index k, its min at
+/// 8 + k), and the mins as 16 i16 lanes, each twice (one per 16-value activation group, to
+/// `madd` with the bsums).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn scales_k4(s: &[u8; 12]) -> (__m128i, __m256i) {
+fn scales_k4(s: &[u8; 12]) -> (Scales16, __m256i) {
     let w = unpack_scale_min_k4_words(s);
     let v = _mm_setr_epi32(w[0] as i32, w[1] as i32, w[2] as i32, w[3] as i32);
     let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    (v, _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)))
+    (
+        Scales16::new(_mm256_cvtepu8_epi16(v)),
+        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)),
+    )
 }
 
 impl KAvx2 for BlockQ4K {
@@ -187,16 +250,10 @@ impl KAvx2 for BlockQ4K {
                 let q = load32u(&b.qs[32 * j..]);
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                accumulate(&mut ai, lo, scale_pair(sc, 2 * j, 2 * j), &x, 64 * j);
-                accumulate(
-                    &mut ai,
-                    hi,
-                    scale_pair(sc, 2 * j + 1, 2 * j + 1),
-                    &x,
-                    64 * j + 32,
-                );
+                accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
+                accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
             }
-            let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
+            let (d, dmin) = f16_pair(b.d, b.dmin);
             for r in 0..R {
                 let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
                 acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
@@ -226,16 +283,10 @@ impl KAvx2 for BlockQ5K {
                 let h_hi = _mm256_and_si256(bit_to_4(qh, 2 * j + 1), bit4);
                 let lo = _mm256_or_si256(_mm256_and_si256(q, m4), h_lo);
                 let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h_hi);
-                accumulate(&mut ai, lo, scale_pair(sc, 2 * j, 2 * j), &x, 64 * j);
-                accumulate(
-                    &mut ai,
-                    hi,
-                    scale_pair(sc, 2 * j + 1, 2 * j + 1),
-                    &x,
-                    64 * j + 32,
-                );
+                accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
+                accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
             }
-            let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
+            let (d, dmin) = f16_pair(b.d, b.dmin);
             for r in 0..R {
                 let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
                 acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
@@ -254,8 +305,8 @@ impl KAvx2 for BlockQ6K {
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
             // SAFETY: 16 readable bytes.
-            let sc = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
-            let sc16 = _mm256_cvtepi8_epi16(sc);
+            let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
+            let sc = Scales16::new(sc16);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {
@@ -282,10 +333,10 @@ impl KAvx2 for BlockQ6K {
                 ];
                 for (k, &qk) in q.iter().enumerate() {
                     let g = 8 * n + 2 * k;
-                    accumulate(&mut ai, qk, scale_pair(sc, g, g + 1), &x, 128 * n + 32 * k);
+                    accumulate(&mut ai, qk, sc.pair(g, g + 1), &x, 128 * n + 32 * k);
                 }
             }
-            let d = f16_to_f32(b.d);
+            let d = f16_pair(b.d, [0, 0]).0;
             for r in 0..R {
                 let (raw, corr) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), sc16));
                 acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, raw - 32 * corr, 0);
@@ -304,7 +355,10 @@ impl KAvx2 for BlockQ2K {
         for (i, b) in w.iter().enumerate() {
             // SAFETY: 16 readable bytes.
             let raw = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
-            let sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+            let sc = Scales16::new(_mm256_cvtepu8_epi16(_mm_and_si128(
+                raw,
+                _mm_set1_epi8(0x0F),
+            )));
             let mins =
                 _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
@@ -314,10 +368,10 @@ impl KAvx2 for BlockQ2K {
                 for j in 0..4 {
                     let q = _mm256_and_si256(shift_right(qb, 2 * j), m3);
                     let g = 8 * n + 2 * j;
-                    accumulate(&mut ai, q, scale_pair(sc, g, g + 1), &x, 128 * n + 32 * j);
+                    accumulate(&mut ai, q, sc.pair(g, g + 1), &x, 128 * n + 32 * j);
                 }
             }
-            let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
+            let (d, dmin) = f16_pair(b.d, b.dmin);
             for r in 0..R {
                 let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
                 acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
@@ -337,8 +391,8 @@ impl KAvx2 for BlockQ3K {
         for (i, b) in w.iter().enumerate() {
             let scales = unpack_scales_q3k(&b.scales);
             // SAFETY: 16 readable bytes.
-            let sc = unsafe { _mm_loadu_si128(scales.as_ptr().cast()) };
-            let sc16 = _mm256_cvtepi8_epi16(sc);
+            let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
+            let sc = Scales16::new(sc16);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let hm = load32u(&b.hmask);
             let mut ai = [_mm256_setzero_si256(); R];
@@ -349,10 +403,10 @@ impl KAvx2 for BlockQ3K {
                     let high = _mm256_and_si256(shift_right(hm, 4 * n + j), one);
                     let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
                     let g = 8 * n + 2 * j;
-                    accumulate(&mut ai, q, scale_pair(sc, g, g + 1), &x, 128 * n + 32 * j);
+                    accumulate(&mut ai, q, sc.pair(g, g + 1), &x, 128 * n + 32 * j);
                 }
             }
-            let d = f16_to_f32(b.d);
+            let d = f16_pair(b.d, [0, 0]).0;
             for r in 0..R {
                 let (raw, corr) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), sc16));
                 acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, raw - 4 * corr, 0);

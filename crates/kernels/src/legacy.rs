@@ -360,10 +360,10 @@ macro_rules! legacy_weight_block {
                 w: &[Self],
                 bpr: usize,
                 xs: [&[BlockQ8x4]; R],
-                emit: &mut dyn FnMut(usize, [f32; R]),
+                out: &mut [[f32; R]],
             ) {
                 // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, emit) }
+                unsafe { crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, out) }
             }
         }
     };

@@ -152,7 +152,7 @@ pub unsafe fn dot_legacy<B: LegacyAvx2, const R: usize>(
     dot_tile::<B, 1, R>([w], xs)[0]
 }
 
-/// [`dot_legacy`] for consecutive weight rows of `bpr` blocks, `emit(i, dots of row i)`.
+/// [`dot_legacy`] for consecutive weight rows of `bpr` blocks: `out[i]` = the dots of row `i`.
 /// With few activation rows, several weight rows go through the kernel together so that
 /// their independent FMA chains overlap (one row alone waits on FMA latency); each row's
 /// operations are unchanged.
@@ -164,7 +164,7 @@ pub unsafe fn dot_legacy_rows<B: LegacyAvx2, const R: usize>(
     w: &[B],
     bpr: usize,
     xs: [&[BlockQ8x4]; R],
-    emit: &mut dyn FnMut(usize, [f32; R]),
+    out: &mut [[f32; R]],
 ) {
     for x in &xs {
         assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
@@ -176,20 +176,20 @@ pub unsafe fn dot_legacy_rows<B: LegacyAvx2, const R: usize>(
         while k + 4 <= n_rows {
             let res = dot_tile::<B, 4, R>([row(k), row(k + 1), row(k + 2), row(k + 3)], xs);
             for (j, v) in res.into_iter().enumerate() {
-                emit(k + j, v);
+                out[k + j] = v;
             }
             k += 4;
         }
     } else if R == 2 {
         while k + 2 <= n_rows {
             let res = dot_tile::<B, 2, R>([row(k), row(k + 1)], xs);
-            emit(k, res[0]);
-            emit(k + 1, res[1]);
+            out[k] = res[0];
+            out[k + 1] = res[1];
             k += 2;
         }
     }
     while k < n_rows {
-        emit(k, dot_tile::<B, 1, R>([row(k)], xs)[0]);
+        out[k] = dot_tile::<B, 1, R>([row(k)], xs)[0];
         k += 1;
     }
 }

@@ -320,6 +320,8 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
 const ROWS_PER_KERNEL: usize = 4;
 /// Target bytes of a weight sub-tile (kept in L1/L2 while the activation groups pass over it).
 const SUBTILE_BYTES: usize = 32 * 1024;
+/// Weight rows of a sub-tile, at most (the size of the kernel's output buffer on the stack).
+const MAX_SUBTILE_ROWS: usize = 64;
 /// Tiles per thread, at most: fine enough that a thread preempted while holding a tile (the
 /// machine is shared) delays the call little, coarse enough that claiming costs nothing.
 /// With 16 tiles per thread the 178 MB head took 2.8x the 1-thread time on a loaded box.
@@ -359,7 +361,7 @@ fn run<W: WeightBlock>(
         .min(rows.div_ceil(2 * threads))
         .max(1);
     let n_tiles = rows.div_ceil(rows_per_tile);
-    let sub_rows = (SUBTILE_BYTES / w.row_bytes().max(1)).max(1);
+    let sub_rows = (SUBTILE_BYTES / w.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
     let job = Job {
         isa,
         acts,
@@ -423,13 +425,16 @@ impl<A: ActBlock> Job<'_, A> {
             (r + R - 1) * self.rows + o0 + n_sub <= self.rows * (r + R),
             "tile outside out"
         );
-        dot_rows_multi(self.isa, wsub, bpr, xs, &mut |k, res| {
-            for (i, v) in res.into_iter().enumerate() {
+        let mut res = [[0.0f32; R]; MAX_SUBTILE_ROWS];
+        let res = &mut res[..n_sub];
+        dot_rows_multi(self.isa, wsub, bpr, xs, res);
+        for (k, dots) in res.iter().enumerate() {
+            for (i, &v) in dots.iter().enumerate() {
                 // SAFETY: `(r + i, o0 + k)` is inside `out` (checked against n * rows in
                 // `dispatch`) and written only by the task owning weight row `o0 + k`.
                 unsafe { *self.out.add((r + i) * self.rows + o0 + k) = v };
             }
-        });
+        }
         R
     }
 }
