@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo run -q -p ferrox -- pull
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 if [ -x scripts/client-tests.sh ]; then
     scripts/client-tests.sh
 fi
