@@ -166,7 +166,6 @@ impl Generator {
             last_token: vec![None; options.n],
             started: Instant::now(),
             n: options.n,
-            done: 0,
             usage: RequestUsage {
                 prompt_tokens,
                 completion_tokens: 0,
@@ -185,7 +184,6 @@ pub struct Generation {
     last_token: Vec<Option<Instant>>,
     started: Instant,
     n: usize,
-    done: usize,
     usage: RequestUsage,
 }
 
@@ -215,7 +213,6 @@ impl Generation {
                 self.last_token[i] = Some(now);
             }
             Event::Done(c) => {
-                self.done += 1;
                 self.usage.completion_tokens += c.usage.completion_tokens;
                 metrics.duration.observe(now - self.started);
                 let relaxed = std::sync::atomic::Ordering::Relaxed;
