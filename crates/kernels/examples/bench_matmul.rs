@@ -73,6 +73,10 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
+    if std::env::args().nth(2).as_deref() == Some("pool") {
+        pool_overhead(threads);
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("quant") {
         quant_cost();
         return;
@@ -210,4 +214,25 @@ pub fn quant_cost() {
             best * 1e9 / (n * cols) as f64
         );
     }
+}
+
+/// Pool overhead: a loop of tiny `for_each` calls (what a decode step's small ops look like).
+pub fn pool_overhead(threads: usize) {
+    let pool = ThreadPool::new(threads);
+    let hits = std::sync::atomic::AtomicUsize::new(0);
+    let mut best = f64::INFINITY;
+    for _ in 0..50 {
+        let t = Instant::now();
+        for _ in 0..1000 {
+            pool.for_each(threads * 2, &|_| {
+                hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        best = best.min(t.elapsed().as_secs_f64() / 1000.0);
+    }
+    println!(
+        "pool threads={threads}: {:.2} µs per for_each of {} tiny tasks",
+        best * 1e6,
+        threads * 2
+    );
 }

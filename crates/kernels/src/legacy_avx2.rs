@@ -253,9 +253,9 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
                     let u = &xs[r][g];
                     let a = &mut acc[wi][r];
                     let p0 = lanes::<B>(q0, a0, &u.qs[pair]);
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(scale[r][pair]), p0, *a);
+                    *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][pair]), p0, *a);
                     let p1 = lanes::<B>(q1, a1, &u.qs[pair + 1]);
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(scale[r][pair + 1]), p1, *a);
+                    *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][pair + 1]), p1, *a);
                 }
             }
         }

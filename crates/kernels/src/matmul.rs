@@ -24,7 +24,7 @@ use crate::GgmlType;
 use std::cell::RefCell;
 
 /// A row-major weight matrix as stored in GGUF: `rows` output features of `cols` values
-/// each (`cols` = the tensor's dims[0]); `data` is `rows * row_bytes(ty, cols)` bytes.
+/// each (`cols` = the tensor's `dims[0]`); `data` is `rows * row_bytes(ty, cols)` bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct QMatrix<'a> {
     pub ty: GgmlType,
