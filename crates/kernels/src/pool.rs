@@ -266,6 +266,14 @@ mod tests {
     use std::sync::atomic::AtomicU32;
 
     #[test]
+    fn pool_is_send_and_sync() {
+        fn shared<T: Send + Sync>() {}
+        shared::<ThreadPool>();
+        shared::<crate::Activations>();
+        shared::<crate::QMatrix<'static>>();
+    }
+
+    #[test]
     fn every_task_runs_once() {
         for threads in [1, 2, 3] {
             let pool = ThreadPool::new(threads);
