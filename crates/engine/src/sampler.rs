@@ -19,19 +19,29 @@
 //!    Temperature comes first, as in vLLM and the OpenAI API, so `top_p` reads the distribution
 //!    the caller actually samples from.
 //!
-//! # Never a full sort of the vocabulary
+//! # Never a full sort of the vocabulary, never a scalar pass over it
 //! Gemma's vocabulary has 262,144 entries, and a per-token sort of it would cost more than a
-//! small model's whole decode step. Greedy is one pass. Top-k with a small `k` keeps a sorted
-//! run of the best `k` seen so far in one pass (an entry is inserted only if it beats the
-//! current k-th, which is rare after the first few thousand); a large `k` uses
-//! `select_nth_unstable`. Top-p selects in growing batches (64, 128, 256, ...): each round
-//! partially selects the next batch from what is left, sorts only that batch and stops as soon
-//! as the mass is reached, which for real distributions is within the first batch or two.
+//! small model's whole decode step. Greedy is a vectorized max and a scan for it. Top-k with
+//! a small `k` keeps a sorted run of the best `k` in one pass that skips, eight logits at a
+//! time, every block with nothing better than the run's last entry; a large `k` uses
+//! `select_nth_unstable`. Without top-k, the weights `exp((l - max) / T)` of the whole
+//! vocabulary come from a branch-free f32 exp (to ~1 ulp) that vectorizes, summed per chunk
+//! of 256; the draw skips whole chunks by their sums. Top-p first drops every token lighter
+//! than `(1 - top_p) × total / vocab` (together they weigh less than what the nucleus leaves
+//! out, so none can be in it), then selects from the rest in growing batches (64, 128, ...),
+//! sorting only each batch, and stops once the mass is reached.
+//!
+//! Measured 2026-11-30 on the 2-core EPYC VM (shared, load ~9, so read the ratios), 262,144
+//! LM-like logits, per token, before → after: default sampling (T = 1, no filters) 5.7 →
+//! 1.0 ms; top-k 40 1.3 → 0.3 ms; top-p 0.9 10.5 → 1.4-1.9 ms; logprobs with top-20 5.8 →
+//! 0.9 ms; greedy 0.57 → 0.3 ms. The exp is written without checked integer arithmetic
+//! because an overflow check (on in the dev profile, which tests and `cargo run` use) stops
+//! the loop from vectorizing.
 //!
 //! # Log-probabilities
 //! [`logprobs`] reports the *model's* distribution (log-softmax of the raw logits, before bias,
 //! penalties and temperature), as vLLM does by default: what the model thought, not what the
-//! sampler did with it. Two passes (max, then sum of exponentials) and the same one-pass top-N.
+//! sampler did with it. The same vectorized max, exp and sum, and the same top-N scan.
 
 use std::cmp::Ordering;
 
@@ -171,6 +181,10 @@ pub struct Sampler {
     rng: Xoshiro256,
     /// `(token id, logit or weight)` candidates, reused across calls.
     candidates: Vec<(u32, f32)>,
+    /// One weight per vocabulary entry, and the sum of each [`CHUNK`] of them, for sampling
+    /// the whole vocabulary; reused across calls.
+    weights: Vec<f32>,
+    chunk_sums: Vec<f64>,
     /// The penalty window, sorted to count occurrences; reused across calls.
     window: Vec<u32>,
 }
@@ -183,6 +197,8 @@ impl Sampler {
             params,
             rng,
             candidates: Vec::new(),
+            weights: Vec::new(),
+            chunk_sums: Vec::new(),
             window: Vec::new(),
         }
     }
@@ -232,64 +248,199 @@ impl Sampler {
     fn sample_tempered(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         let inv_t = 1.0 / p.temperature;
-        let cands = &mut self.candidates;
-        cands.clear();
-        if p.top_k > 0 && p.top_k < logits.len() {
-            top_n_by_logit(logits, p.top_k, cands);
-        } else {
-            cands.extend(
-                logits
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| !l.is_nan())
-                    .map(|(i, &l)| (i as u32, l)),
-            );
-        }
-        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-        if max == f32::NEG_INFINITY || cands.is_empty() {
+        let max = max_logit(logits);
+        if max == f32::NEG_INFINITY || max.is_nan() {
             // Every token was banned (bias -inf or NaN logits): fall back to the argmax rule.
             return argmax(logits);
         }
-        // Turn logits into unnormalised weights exp((l - max) / T), max weight exactly 1.
-        // A vanishing temperature makes (max - max) * inf a NaN: that token weighs 1.
-        for c in cands.iter_mut() {
-            let w = ((c.1 - max) * inv_t).exp();
-            c.1 = if w.is_nan() { 1.0 } else { w };
-        }
-        if p.min_p > 0.0 {
-            cands.retain(|c| c.1 >= p.min_p);
-        }
-        if p.top_p < 1.0 {
-            nucleus(cands, p.top_p);
-        }
-        let total: f64 = cands.iter().map(|c| f64::from(c.1)).sum();
-        let mut u = self.rng.next_f64() * total;
-        for &(id, w) in cands.iter() {
-            u -= f64::from(w);
-            if u < 0.0 {
-                return id;
+        if p.top_k > 0 && p.top_k < logits.len() {
+            // Few candidates: weigh them one by one.
+            let cands = &mut self.candidates;
+            top_n_by_logit(logits, p.top_k, cands);
+            for c in cands.iter_mut() {
+                c.1 = exp_nonpositive((c.1 - max) * inv_t);
             }
+            cands.retain(|c| c.1 > 0.0 && c.1 >= p.min_p);
+            let total = cands.iter().map(|c| f64::from(c.1)).sum();
+            if p.top_p < 1.0 {
+                nucleus(cands, total, p.top_p);
+            }
+            let total = cands.iter().map(|c| f64::from(c.1)).sum::<f64>();
+            let u = self.rng.next_f64() * total;
+            return draw_candidates(cands, u);
         }
-        // Rounding left a sliver at the end: the last candidate with any weight takes it.
-        cands
-            .iter()
-            .rev()
-            .find(|c| c.1 > 0.0)
-            .map_or(cands[0].0, |c| c.0)
+        // The whole vocabulary: weights exp((l - max) / T) in vectorized chunks, max weight 1;
+        // min-p zeroes the weights below `min_p` on the way.
+        let total = weigh(
+            logits,
+            max,
+            inv_t,
+            p.min_p,
+            &mut self.weights,
+            &mut self.chunk_sums,
+        );
+        if p.top_p < 1.0 {
+            // Tokens lighter than (1 - top_p) * total / vocab can never be in the nucleus: all
+            // of them together weigh less than the (1 - top_p) the nucleus leaves out, so the
+            // heavier tokens reach top_p first. Only the heavier ones become candidates.
+            let floor = ((1.0 - f64::from(p.top_p)) * total / logits.len() as f64) as f32;
+            let cands = &mut self.candidates;
+            cands.clear();
+            cands.extend(
+                self.weights
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &w)| w > 0.0 && w >= floor)
+                    .map(|(i, &w)| (i as u32, w)),
+            );
+            nucleus(cands, total, p.top_p);
+            let kept = cands.iter().map(|c| f64::from(c.1)).sum::<f64>();
+            let u = self.rng.next_f64() * kept;
+            return draw_candidates(cands, u);
+        }
+        let u = self.rng.next_f64() * total;
+        draw_weights(&self.weights, &self.chunk_sums, u)
     }
 }
 
-/// Index of the largest logit in one pass; NaN never wins, the lowest id wins ties.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_l = f32::NEG_INFINITY;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > best_l {
-            best = i;
-            best_l = l;
+/// The candidate where the running sum of weights first passes `u` (in list order); rounding
+/// that leaves `u` past the end goes to the last candidate with weight.
+fn draw_candidates(cands: &[(u32, f32)], mut u: f64) -> u32 {
+    for &(id, w) in cands {
+        u -= f64::from(w);
+        if u < 0.0 {
+            return id;
         }
     }
-    best as u32
+    cands.iter().rev().find(|c| c.1 > 0.0).map_or(0, |c| c.0)
+}
+
+/// Like [`draw_candidates`] over every token, skipping whole chunks by their sums.
+fn draw_weights(weights: &[f32], chunk_sums: &[f64], mut u: f64) -> u32 {
+    let mut last = None;
+    for (c, &sum) in chunk_sums.iter().enumerate() {
+        if sum > 0.0 {
+            last = Some(c);
+        }
+        if u >= sum {
+            u -= sum;
+            continue;
+        }
+        let start = c * CHUNK;
+        let chunk = &weights[start..(start + CHUNK).min(weights.len())];
+        for (i, &w) in chunk.iter().enumerate() {
+            u -= f64::from(w);
+            if u < 0.0 {
+                return (start + i) as u32;
+            }
+        }
+        // The chunk's sum and the running subtraction rounded differently: stay in it.
+        return last_weighted(weights, c).unwrap_or(0);
+    }
+    last.and_then(|c| last_weighted(weights, c)).unwrap_or(0)
+}
+
+fn last_weighted(weights: &[f32], chunk: usize) -> Option<u32> {
+    let start = chunk * CHUNK;
+    let end = (start + CHUNK).min(weights.len());
+    (start..end)
+        .rev()
+        .find(|&i| weights[i] > 0.0)
+        .map(|i| i as u32)
+}
+
+/// Vectorized passes work on chunks of this many logits; each chunk's sum is kept in f64.
+const CHUNK: usize = 256;
+
+/// Lanes of the hand-unrolled reductions (two AVX registers, four SSE ones).
+const LANES: usize = 8;
+
+/// The largest logit (NaN ignored; -inf if there is none), in `LANES` independent lanes so
+/// it vectorizes.
+fn max_logit(xs: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for j in 0..LANES {
+            m[j] = if c[j] > m[j] { c[j] } else { m[j] };
+        }
+    }
+    let tail = chunks.remainder().iter().copied();
+    m.into_iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |a, x| if x > a { x } else { a })
+}
+
+/// e^x for x <= 0 — the weight of a logit below the maximum — in f32 to about 1 ulp; -inf,
+/// NaN and anything below -87 (under f32's normal range) give exactly 0. Branch-free and free
+/// of checked integer arithmetic (an overflow check in a debug-assertions build stops the
+/// loop that calls it from vectorizing), so it runs 4-8 lanes at a time.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75; // ln 2 split in two, so n * LN2_HI is exact
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // 1.5 * 2^23: adding it rounds to an integer n, which then sits in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    const ROUND_BITS: u32 = 0x4B40_0000;
+    let xc = if x > -87.0 { x } else { -87.0 };
+    let t = xc * LOG2_E + ROUND;
+    let n = t - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO; // |r| <= ln2 / 2
+                                            // Taylor to r^6: error below r^7 / 7! = 1.2e-7 relative at |r| = ln2 / 2.
+    let poly = 1.0
+        + r * (1.0
+            + r * (1.0 / 2.0
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    // 2^n for n in [-126, 0]: the exponent field n + 127, from t's bits.
+    let scale = f32::from_bits(t.to_bits().wrapping_sub(ROUND_BITS).wrapping_add(127) << 23);
+    if x >= -87.0 {
+        poly * scale
+    } else {
+        0.0
+    }
+}
+
+/// Sum of `xs`, in `LANES` lanes (so it vectorizes), then in f64.
+fn lane_sum(xs: &[f32]) -> f64 {
+    let mut acc = [0f32; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for j in 0..LANES {
+            acc[j] += c[j];
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&x| f64::from(x)).sum();
+    acc.iter().map(|&x| f64::from(x)).sum::<f64>() + tail
+}
+
+/// Fills `weights` with exp((l - max) * inv_t) per logit (0 where that is below `floor`) and
+/// `chunk_sums` with each [`CHUNK`]'s sum; returns the total.
+fn weigh(
+    logits: &[f32],
+    max: f32,
+    inv_t: f32,
+    floor: f32,
+    weights: &mut Vec<f32>,
+    chunk_sums: &mut Vec<f64>,
+) -> f64 {
+    weights.resize(logits.len(), 0.0);
+    chunk_sums.clear();
+    for (src, dst) in logits.chunks(CHUNK).zip(weights.chunks_mut(CHUNK)) {
+        for (w, &l) in dst.iter_mut().zip(src) {
+            let e = exp_nonpositive((l - max) * inv_t);
+            *w = if e >= floor { e } else { 0.0 };
+        }
+        chunk_sums.push(lane_sum(dst));
+    }
+    chunk_sums.iter().sum()
+}
+
+/// Index of the largest logit; NaN never wins, the lowest id wins ties. A vectorized max,
+/// then a scan for its first occurrence (which usually stops early).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let max = max_logit(logits);
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }
 
 /// Descending by value, then ascending by id: a total order, so selection is reproducible.
@@ -326,16 +477,30 @@ pub fn top_n_by_logit(logits: &[f32], n: usize, out: &mut Vec<(u32, f32)>) {
         out.sort_unstable_by(by_value_desc);
         return;
     }
-    for (i, &l) in logits.iter().enumerate() {
-        // Strictly greater: an equal logit at a higher id loses the tie.
-        if l.is_nan() || (out.len() == n && l <= out[n - 1].1) {
-            continue;
+    // Once the run is full, blocks of LANES logits none of which beats its last entry are
+    // skipped whole (one vector compare); the rest go one by one.
+    for (b, block) in logits.chunks(LANES).enumerate() {
+        if out.len() == n && block.len() == LANES {
+            let floor = out[n - 1].1;
+            let mut beats = false;
+            for &l in block {
+                beats |= l > floor;
+            }
+            if !beats {
+                continue;
+            }
         }
-        let at = out.partition_point(|c| c.1 >= l);
-        if out.len() == n {
-            out.pop();
+        for (j, &l) in block.iter().enumerate() {
+            // Strictly greater: an equal logit at a higher id loses the tie.
+            if l.is_nan() || (out.len() == n && l <= out[n - 1].1) {
+                continue;
+            }
+            let at = out.partition_point(|c| c.1 >= l);
+            if out.len() == n {
+                out.pop();
+            }
+            out.insert(at, ((b * LANES + j) as u32, l));
         }
-        out.insert(at, (i as u32, l));
     }
 }
 
@@ -343,10 +508,11 @@ pub fn top_n_by_logit(logits: &[f32], n: usize, out: &mut Vec<(u32, f32)>) {
 const NUCLEUS_FIRST_BATCH: usize = 64;
 
 /// Cuts `cands` (`(id, weight)`, any order) to the smallest best-first prefix whose weight
-/// reaches `top_p` of the total, leaving it sorted best first. Selects in doubling batches.
-fn nucleus(cands: &mut Vec<(u32, f32)>, top_p: f32) {
+/// reaches `top_p` of `total` (the weight of the whole distribution, which may include
+/// tokens already left out of `cands` as too light to matter), leaving it sorted best first.
+/// Selects in doubling batches.
+fn nucleus(cands: &mut Vec<(u32, f32)>, total: f64, top_p: f32) {
     let n = cands.len();
-    let total: f64 = cands.iter().map(|c| f64::from(c.1)).sum();
     let target = total * f64::from(top_p);
     let mut done = 0;
     let mut mass = 0.0f64;
@@ -380,11 +546,17 @@ pub struct TokenLogprobs {
 /// Log-softmax of `chosen` and the `top_n` best tokens of a raw logits row (before any
 /// sampling transform). Two passes over the row plus the one-pass top-N.
 pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> TokenLogprobs {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = max_logit(logits);
+    let mut buf = [0f32; CHUNK];
     let sum: f64 = logits
-        .iter()
-        .filter(|l| !l.is_nan())
-        .map(|&l| f64::from(l - max).exp())
+        .chunks(CHUNK)
+        .map(|src| {
+            let dst = &mut buf[..src.len()];
+            for (w, &l) in dst.iter_mut().zip(src) {
+                *w = exp_nonpositive(l - max);
+            }
+            lane_sum(dst)
+        })
         .sum();
     let lse = f64::from(max) + sum.ln();
     let to_lp = |l: f32| (f64::from(l) - lse) as f32;
@@ -565,7 +737,8 @@ mod tests {
             .collect();
         let mut reference = cands.clone();
         reference.sort_by(by_value_desc);
-        nucleus(&mut cands, 0.9);
+        let total = cands.iter().map(|c| f64::from(c.1)).sum();
+        nucleus(&mut cands, total, 0.9);
         assert!(cands.len() > 800 && cands.len() < 1000, "{}", cands.len());
         assert_eq!(cands[..], reference[..cands.len()]);
     }
@@ -581,6 +754,46 @@ mod tests {
             .count();
         let frac = zeros as f64 / n as f64;
         assert!((frac - 0.75).abs() < 0.015, "{frac}");
+    }
+
+    #[test]
+    fn exp_is_accurate_and_exactly_zero_where_it_must_be() {
+        let mut worst = 0f64;
+        for i in 0..=200_000 {
+            let x = -87.0 * i as f32 / 200_000.0;
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_nonpositive(x));
+            worst = worst.max((got - want).abs() / want);
+        }
+        assert!(worst < 5e-7, "worst relative error {worst:e}");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        for x in [f32::NEG_INFINITY, f32::NAN, -88.0, -1e30] {
+            assert_eq!(exp_nonpositive(x), 0.0, "{x}");
+        }
+    }
+
+    #[test]
+    fn whole_vocabulary_draws_cross_chunks_and_skip_banned_tokens() {
+        // 1000 tokens (four chunks): two share the mass, the rest are 30 nats below, and
+        // one banned token sits at +inf distance below.
+        let mut l = vec![-30.0f32; 1000];
+        l[300] = 0.0;
+        l[700] = 0.0;
+        l[999] = f32::NEG_INFINITY;
+        let mut s = Sampler::new(params(|p| p.temperature = 1.0));
+        let n = 20_000;
+        let picks: Vec<u32> = (0..n).map(|_| s.sample(&mut l.clone(), &[])).collect();
+        let at_300 = picks.iter().filter(|&&t| t == 300).count() as f64 / n as f64;
+        assert!((at_300 - 0.5).abs() < 0.015, "{at_300}");
+        assert!(
+            picks.iter().all(|&t| t == 300 || t == 700),
+            "a token 30 nats down won"
+        );
+        // At a high temperature the flat tail is reachable, the banned token never.
+        let mut hot = Sampler::new(params(|p| p.temperature = 50.0));
+        let picks: Vec<u32> = (0..n).map(|_| hot.sample(&mut l.clone(), &[])).collect();
+        assert!(picks.iter().any(|&t| t != 300 && t != 700));
+        assert!(!picks.contains(&999));
     }
 
     #[test]
