@@ -29,6 +29,8 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ferrox_engine::kv::SeqChunk;
+
 use crate::admission::Limits;
 use crate::blocks::BlockPool;
 use crate::model::StepModel;
@@ -43,6 +45,19 @@ use crate::status::{Shared, WorkerStats};
 pub(crate) enum Command {
     Submit(Box<Pending>),
     Cancel(RequestId),
+}
+
+/// One tick's work, by request id.
+#[derive(Debug, Default)]
+struct StepPlan {
+    /// Every chunk's row and token count: decode rows in admission order, then the prompt
+    /// chunk.
+    chunks: Vec<(RequestId, usize)>,
+    /// Rows whose logits come back, in chunk order.
+    sampled: Vec<RequestId>,
+    decode_rows: usize,
+    /// The prompt chunk's row and token count.
+    prefill: Option<(RequestId, usize)>,
 }
 
 pub(crate) struct Worker<M: StepModel> {
@@ -187,72 +202,76 @@ impl<M: StepModel> Worker<M> {
             .find(|id| self.rows[id].is_prefilling())
     }
 
-    /// Plans, runs ONE forward over the decode rows and one prompt chunk, then samples,
-    /// delivers and retires.
-    fn step(&mut self) {
-        let decoding: Vec<RequestId> = self
-            .order
-            .iter()
-            .copied()
-            .filter(|id| self.rows[id].is_decoding())
-            .collect();
-        let prefill = self.next_prefill();
-        if decoding.is_empty() && prefill.is_none() {
-            return;
-        }
-        // Plan: decode rows first, then the prompt chunk. `advance` lists every chunk's row
-        // and length; `sampled` the rows whose logits come back, in chunk order.
-        let mut chunks = Vec::with_capacity(decoding.len() + 1);
-        let mut advance = Vec::with_capacity(decoding.len() + 1);
-        let mut sampled = Vec::with_capacity(decoding.len() + 1);
-        let mut prefill_tokens = 0;
-        for &id in decoding.iter().chain(prefill.iter()) {
-            let chunk = if Some(id) == prefill {
-                let chunk = self.rows[&id].next_chunk(self.prefill_chunk_tokens);
-                prefill_tokens = chunk.tokens.len();
-                chunk
-            } else {
-                self.rows[&id].next_chunk(1)
-            };
-            advance.push((id, chunk.tokens.len()));
-            if chunk.want_logits {
-                sampled.push(id);
+    /// What this tick runs: every decoding row's one token, then one prompt chunk.
+    fn plan(&self) -> Option<StepPlan> {
+        let mut plan = StepPlan::default();
+        for &id in &self.order {
+            if self.rows[&id].is_decoding() {
+                plan.chunks.push((id, 1));
+                plan.sampled.push(id);
+                plan.decode_rows += 1;
             }
-            chunks.push(chunk);
         }
+        if let Some(id) = self.next_prefill() {
+            let chunk = self.rows[&id].next_chunk(self.prefill_chunk_tokens);
+            plan.chunks.push((id, chunk.tokens.len()));
+            if chunk.want_logits {
+                plan.sampled.push(id);
+            }
+            plan.prefill = Some((id, chunk.tokens.len()));
+        }
+        (!plan.chunks.is_empty()).then_some(plan)
+    }
+
+    /// Runs ONE forward for the plan, then samples, delivers and retires.
+    fn step(&mut self) {
+        let Some(plan) = self.plan() else {
+            return;
+        };
+        let chunks: Vec<SeqChunk<'_>> = plan
+            .chunks
+            .iter()
+            .map(|&(id, n)| self.rows[&id].next_chunk(n))
+            .collect();
         let result = self.model.forward(&mut self.kv, &chunks);
         drop(chunks);
-        self.last_prefilled = prefill.or(self.last_prefilled);
         self.stats.steps += 1;
+        if let Some((id, _)) = plan.prefill {
+            self.last_prefilled = Some(id);
+        }
         let vocab = self.limits.vocab_size;
-        let mut logits = match result {
-            Ok(l) if l.len() == sampled.len() * vocab => l,
+        let logits = match result {
+            Ok(l) if l.len() == plan.sampled.len() * vocab => l,
             Ok(l) => {
+                let rows = plan.sampled.len();
                 let msg = format!(
-                    "model returned {} logits for {} rows of {vocab}",
-                    l.len(),
-                    sampled.len()
+                    "model returned {} logits for {rows} rows of {vocab}",
+                    l.len()
                 );
-                return self.fail_rows(advance.iter().map(|a| a.0), &msg);
+                return self.fail_rows(&plan, &msg);
             }
-            Err(e) => {
-                let msg = format!("forward failed: {e}");
-                return self.fail_rows(advance.iter().map(|a| a.0), &msg);
-            }
+            Err(e) => return self.fail_rows(&plan, &format!("forward failed: {e}")),
         };
-        for &(id, n) in &advance {
+        self.deliver(&plan, logits);
+    }
+
+    /// After a forward: records the written positions, samples every row that got logits,
+    /// sends its token, and retires the rows that finished.
+    fn deliver(&mut self, plan: &StepPlan, mut logits: Vec<f32>) {
+        for &(id, n) in &plan.chunks {
             self.rows
                 .get_mut(&id)
                 .expect("planned rows are in the batch")
                 .advance(n);
         }
-        self.stats.tokens_decoded += decoding.len() as u64;
-        self.stats.tokens_prefilled += prefill_tokens as u64;
-        if !decoding.is_empty() {
+        self.stats.tokens_decoded += plan.decode_rows as u64;
+        self.stats.tokens_prefilled += plan.prefill.map_or(0, |(_, n)| n) as u64;
+        if plan.decode_rows > 0 {
             self.stats.decode_steps += 1;
             self.maybe_log();
         }
-        for (id, row_logits) in sampled.iter().zip(logits.chunks_exact_mut(vocab)) {
+        let vocab = self.limits.vocab_size;
+        for (id, row_logits) in plan.sampled.iter().zip(logits.chunks_exact_mut(vocab)) {
             let row = self
                 .rows
                 .get_mut(id)
@@ -285,10 +304,10 @@ impl<M: StepModel> Worker<M> {
         row.finish(finish);
     }
 
-    fn fail_rows(&mut self, ids: impl Iterator<Item = RequestId>, msg: &str) {
+    /// A failed forward: every row in the step gets the error (their KV is suspect).
+    fn fail_rows(&mut self, plan: &StepPlan, msg: &str) {
         tracing::error!("{msg}");
-        let ids: Vec<RequestId> = ids.collect();
-        for id in ids {
+        for &(id, _) in &plan.chunks {
             self.retire(id, Finish::new(FinishReason::Error(msg.to_owned())));
         }
     }
