@@ -60,20 +60,6 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// Softmax in place.
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,12 +86,5 @@ mod tests {
         let mut b = vec![1.0, 0.0, 0.0, 0.0];
         rope(&mut b, 1, &f4, RopeStyle::Interleaved);
         assert!(b[1] != 0.0 && b[2] == 0.0);
-    }
-
-    #[test]
-    fn softmax_sums_to_one() {
-        let mut x = vec![1.0, 2.0, 3.0];
-        softmax(&mut x);
-        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6 && x[2] > x[1]);
     }
 }

@@ -20,6 +20,7 @@
 //! # Modules
 //! - `block`: the traits every format implements, [`Isa`] (scalar vs AVX2, detected once).
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
+//! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates.
 //! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`].
 //! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`].
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
@@ -57,6 +58,7 @@
 //! n=16 is compute-bound (≈ 1.2 ns × 16 rows per block per thread). `ThreadPool::for_each`
 //! of tiny tasks: ~0.04 µs per call.
 
+mod attn;
 mod block;
 mod float;
 mod kquants;
@@ -70,6 +72,10 @@ mod pool;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx2;
 
+pub use attn::{
+    attn_accumulate_f16, attn_accumulate_f16_isa, attn_scores_f16, attn_scores_f16_isa, exp_f32,
+    exp_shift_sum, exp_shift_sum_isa, gelu_tanh_mul, gelu_tanh_mul_isa, silu_mul, silu_mul_isa,
+};
 pub use block::{
     as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, vec_dot, ActBlock, Block, Isa, WeightBlock,
 };
