@@ -46,8 +46,10 @@ PY
 }
 
 build_llama_cpp
-cargo build -q --release -p ferrox
-FERROX=target/release/ferrox
+if [ -z "${FERROX_BIN:-}" ]; then
+    cargo build -q --release -p ferrox
+fi
+FERROX=${FERROX_BIN:-target/release/ferrox}
 [ -f "$MODEL" ] || "$FERROX" pull
 
 for r in $(seq "$ROUNDS"); do
