@@ -13,7 +13,7 @@
 //! from the cache (see `attention.rs`). Pinned by `tests/batch_invariance.rs`.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ferrox_gguf::GgufFile;
 use ferrox_kernels::{matmul, ThreadPool};
@@ -22,7 +22,7 @@ use crate::attention::{attend, AttnShape, Query};
 use crate::config::{Activation, ModelConfig};
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvShape, SeqChunk};
-use crate::ops::{gelu_tanh, rms_norm, rms_norm_rows, rope, rope_freqs, silu};
+use crate::ops::{rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{LayerWeights, Matrix, Weights};
 
@@ -38,6 +38,10 @@ pub struct Model {
     /// RoPE frequencies for global layers and for sliding-window layers.
     freqs_global: Vec<f32>,
     freqs_swa: Vec<f32>,
+    /// Activation buffers reused from step to step (a 512-token prefill needs ~20 MB; fresh
+    /// zeroed pages cost page faults every step). Locked for a whole step by whichever
+    /// thread runs it; a second concurrent caller gets fresh buffers instead of waiting.
+    scratch: Mutex<Scratch>,
 }
 
 impl Model {
@@ -70,6 +74,7 @@ impl Model {
             pool: ThreadPool::new(n_threads.max(1)),
             freqs_global,
             freqs_swa,
+            scratch: Mutex::new(Scratch::default()),
         })
     }
 
@@ -132,11 +137,18 @@ impl Model {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let mut x = self.embed(&tokens);
-        let mut s = Scratch::new(cfg, n);
+        let mut fresh = Scratch::default();
+        let mut guard = self.scratch.try_lock().ok();
+        let s = guard.as_deref_mut().unwrap_or(&mut fresh);
+        s.resize(cfg, n);
+        let positions: Vec<usize> = queries.iter().map(|q| q.pos).collect();
+        rope_table(&mut s.rope_global, &positions, &self.freqs_global);
+        rope_table(&mut s.rope_swa, &positions, &self.freqs_swa);
+        self.embed(&tokens, &mut s.x);
         for (il, lw) in self.weights.layers.iter().enumerate() {
-            self.layer(il, lw, kv, &queries, &mut x, &mut s);
+            self.layer(il, lw, kv, &queries, s);
         }
+        let x = &s.x;
         // Final norm and head, only for the rows that asked for logits.
         let d = cfg.n_embd;
         let mut last = Vec::new();
@@ -196,13 +208,14 @@ impl Model {
         matmul(&self.pool, &w.view(&self.file), x, n, out);
     }
 
-    /// Token embeddings, one row of n_embd per token (scaled by sqrt(n_embd) for Gemma).
-    fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+    /// Token embeddings into `x`, one row of n_embd per token (scaled by sqrt(n_embd) for
+    /// Gemma).
+    fn embed(&self, tokens: &[u32], x: &mut [f32]) {
         let d = self.config.n_embd;
         let e = &self.weights.token_embd;
         let table = e.view(&self.file);
         let rb = e.row_bytes();
-        let mut x = vec![0.0f32; tokens.len() * d];
+        assert_eq!(x.len(), tokens.len() * d);
         let scale = if self.config.scale_embeddings {
             (d as f32).sqrt()
         } else {
@@ -215,19 +228,18 @@ impl Model {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         }
-        x
     }
 
-    /// One transformer block over all `n` rows of `x`, in place.
+    /// One transformer block over all `n` rows of `s.x`, in place.
     fn layer(
         &self,
         il: usize,
         lw: &LayerWeights,
         kv: &mut KvCache,
         queries: &[Query],
-        x: &mut [f32],
         s: &mut Scratch,
     ) {
+        let x = &mut s.x;
         let cfg = &self.config;
         let n = queries.len();
         let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
@@ -242,24 +254,21 @@ impl Model {
         add_bias(&mut s.k, lw.bk.as_deref());
         add_bias(&mut s.v, lw.bv.as_deref());
         let sliding = cfg.is_sliding(il);
-        let freqs = if sliding {
-            &self.freqs_swa
-        } else {
-            &self.freqs_global
-        };
+        let rope = if sliding { &s.rope_swa } else { &s.rope_global };
         for (r, query) in queries.iter().enumerate() {
+            let (cos, sin) = rope.row(r);
             for head in s.q[r * qd..(r + 1) * qd].chunks_exact_mut(hd) {
                 if let Some(w) = &lw.q_norm {
                     rms_norm(head, w, cfg.rms_eps);
                 }
-                rope(head, query.pos, freqs, cfg.rope_style);
+                rope_with(head, cos, sin, cfg.rope_style);
                 head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
             }
             for head in s.k[r * kvd..(r + 1) * kvd].chunks_exact_mut(hd) {
                 if let Some(w) = &lw.k_norm {
                     rms_norm(head, w, cfg.rms_eps);
                 }
-                rope(head, query.pos, freqs, cfg.rope_style);
+                rope_with(head, cos, sin, cfg.rope_style);
             }
             let off = kv.offset(il, query.blocks, query.pos);
             let (k_dst, v_dst) = kv.rows_mut(off);
@@ -285,12 +294,9 @@ impl Model {
         rms_norm_rows(&mut s.h, &lw.ffn_norm, cfg.rms_eps);
         self.matmul(&lw.w_gate, &s.h, n, &mut s.gate);
         self.matmul(&lw.w_up, &s.h, n, &mut s.up);
-        let act = match cfg.activation {
-            Activation::GeluTanh => gelu_tanh,
-            Activation::Silu => silu,
-        };
-        for (g, &u) in s.gate.iter_mut().zip(&s.up) {
-            *g = act(*g) * u;
+        match cfg.activation {
+            Activation::GeluTanh => ferrox_kernels::gelu_tanh_mul(&mut s.gate, &s.up),
+            Activation::Silu => ferrox_kernels::silu_mul(&mut s.gate, &s.up),
         }
         self.matmul(&lw.w_down, &s.gate, n, &mut s.o);
         if let Some(w) = &lw.post_ffn_norm {
@@ -300,8 +306,13 @@ impl Model {
     }
 }
 
-/// Per-step activation buffers, sized for `n` rows.
+/// Per-step activation buffers, sized for `n` rows by [`Scratch::resize`], and the step's
+/// RoPE rotations (one row per query, shared by every layer of the same kind).
+#[derive(Default)]
 struct Scratch {
+    x: Vec<f32>,
+    rope_global: RopeTable,
+    rope_swa: RopeTable,
     h: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -313,16 +324,22 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(cfg: &ModelConfig, n: usize) -> Scratch {
-        Scratch {
-            h: vec![0.0; n * cfg.n_embd],
-            q: vec![0.0; n * cfg.q_dim()],
-            k: vec![0.0; n * cfg.kv_dim()],
-            v: vec![0.0; n * cfg.kv_dim()],
-            att: vec![0.0; n * cfg.q_dim()],
-            o: vec![0.0; n * cfg.n_embd],
-            gate: vec![0.0; n * cfg.n_ff],
-            up: vec![0.0; n * cfg.n_ff],
+    /// Sizes every buffer for `n` rows. Contents are left as they are: each buffer is fully
+    /// overwritten (embedding, copy or matmul output) before it is read in a step.
+    fn resize(&mut self, cfg: &ModelConfig, n: usize) {
+        let sizes = [
+            (&mut self.x, cfg.n_embd),
+            (&mut self.h, cfg.n_embd),
+            (&mut self.q, cfg.q_dim()),
+            (&mut self.k, cfg.kv_dim()),
+            (&mut self.v, cfg.kv_dim()),
+            (&mut self.att, cfg.q_dim()),
+            (&mut self.o, cfg.n_embd),
+            (&mut self.gate, cfg.n_ff),
+            (&mut self.up, cfg.n_ff),
+        ];
+        for (buf, width) in sizes {
+            buf.resize(n * width, 0.0);
         }
     }
 }
