@@ -13,6 +13,7 @@
 //!
 //! ```text
 //! cargo run -p ferrox-sched --example bench -- [concurrency|chunk|all] [--threads N] [--reps R]
+//!     [--npl 1,2,4,8,16] [--prompt 128] [--gen 128]
 //! ```
 //! The model is `FERROX_MODEL` or the cached default (`ferrox pull`). The workspace's dev
 //! profile is optimized, so no `--release` is needed.
@@ -38,12 +39,21 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .map_or("all", String::as_str);
     let threads = flag("--threads", 2);
+    let prompt_tokens = flag("--prompt", 128);
+    let gen_tokens = flag("--gen", 128);
     let reps = flag("--reps", 3);
+    let npl: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--npl")
+        .and_then(|i| args.get(i + 1))
+        .map_or(vec![1, 2, 4, 8, 16], |v| {
+            v.split(',').map(|n| n.parse().expect("a number")).collect()
+        });
     let path = ferrox_engine::cache::default_model_path();
     let model = Arc::new(Model::load(&path, threads).expect("the model loads (ferrox pull)"));
     println!("model {} threads {threads} reps {reps}", path.display());
     if mode == "concurrency" || mode == "all" {
-        concurrency(&model, reps);
+        concurrency(&model, reps, &npl, prompt_tokens, gen_tokens);
     }
     if mode == "chunk" || mode == "all" {
         chunk_sweep(&model, reps);
@@ -112,20 +122,23 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn concurrency(model: &Arc<Model>, reps: usize) {
-    const PROMPT: usize = 128;
-    const GEN: usize = 128;
-    println!("\n# concurrency: {PROMPT}-token prompts, {GEN} tokens each, prefill chunk 64");
+fn concurrency(model: &Arc<Model>, reps: usize, npl: &[usize], prompt_len: usize, gen: usize) {
+    println!("\n# concurrency: {prompt_len}-token prompts, {gen} tokens each, prefill chunk 64");
     println!("| N | decode tok/s (steady) | output tok/s (wave) | TTFT p50 s | TTFT max s |");
     println!("|---|---|---|---|---|");
     let vocab = model.vocab_size();
-    for n in [1usize, 2, 4, 8, 16] {
+    for &n in npl {
         let (mut steady, mut wave, mut ttft_p50, mut ttft_max) = (vec![], vec![], vec![], vec![]);
         for rep in 0..reps {
             let handle = Scheduler::start(Arc::clone(model), config(64)).unwrap();
             let t0 = Instant::now();
             let runs: Vec<Timeline> = (0..n)
-                .map(|i| spawn(&handle, request(prompt(PROMPT, rep * 100 + i, vocab), GEN)))
+                .map(|i| {
+                    spawn(
+                        &handle,
+                        request(prompt(prompt_len, rep * 100 + i, vocab), gen),
+                    )
+                })
                 .collect::<Vec<_>>()
                 .into_iter()
                 .map(|h| h.join().unwrap())
@@ -141,7 +154,7 @@ fn concurrency(model: &Arc<Model>, reps: usize) {
                 .filter(|&&t| t > from && t <= to)
                 .count();
             steady.push(in_window as f64 / secs(to - from));
-            wave.push((n * GEN) as f64 / wall);
+            wave.push((n * gen) as f64 / wall);
             let ttft: Vec<f64> = runs
                 .iter()
                 .map(|r| secs(r.tokens[0] - r.submitted))

@@ -24,8 +24,9 @@ pub struct SchedulerConfig {
     /// sequences (llama-batched-bench: 40 tok/s at 1, 104 at 16) while each sequence slows.
     pub max_seqs: usize,
     /// Most prompt tokens prefilled per tick, which is also the most a prompt joining the
-    /// batch delays the running decodes. `FERROX_CB_PREFILL_CHUNK`, default 64: see
-    /// docs/SCHEDULER.md for the measurement behind it.
+    /// batch delays the running decodes. `FERROX_CB_PREFILL_CHUNK`, default 32: the decoders'
+    /// stall grows in proportion to the chunk while a long prompt's time to first token was
+    /// flat from 32 to 128 (docs/SCHEDULER.md has the measurement).
     pub prefill_chunk_tokens: usize,
     /// Most requests waiting for admission; one more is refused with `QueueFull`.
     /// `FERROX_CB_MAX_QUEUE`, default 256: a few minutes of work at 16-way batching, after
@@ -50,7 +51,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             max_seqs: 16,
-            prefill_chunk_tokens: 64,
+            prefill_chunk_tokens: 32,
             max_queue: 256,
             kv_block_size_tokens: 16,
             kv_budget: KvBudget::Bytes(1 << 30),
