@@ -277,3 +277,29 @@ pub fn inv_or_zero(d: f32) -> f32 {
 pub fn round_clamp(v: f32, lo: i32, hi: i32) -> i32 {
     (v.round_ties_even() as i32).clamp(lo, hi)
 }
+
+/// Bytes ahead of the weights being multiplied that the AVX2 kernels prefetch. A decode step
+/// streams every weight from memory once; the hardware prefetcher alone left one core at
+/// ~3.4 GB/s on the Q8_0 output head, with this hint it reads ~6 GB/s (measured with
+/// `examples/bench_matmul head`: 26.5 ms -> 14.8 ms on two threads).
+pub const PREFETCH_DISTANCE: usize = 4096;
+
+/// Hints the cache lines of the `span` bytes that lie [`PREFETCH_DISTANCE`] bytes after `p`.
+/// Prefetching never faults, so the address may lie past the end of the weights.
+#[inline(always)]
+pub fn prefetch_ahead(p: *const u8, span: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let q = p.wrapping_add(PREFETCH_DISTANCE);
+        // Lines touched by `span` bytes starting anywhere: one more than span / 64.
+        let mut off = 0;
+        while off <= span {
+            // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off).cast()) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, span);
+}

@@ -11,6 +11,7 @@
 //!
 //! `maddubs` saturates at i16: the largest pair is 2*63*127 (Q6_K), which fits.
 
+use crate::block::prefetch_ahead;
 use crate::kquants::{
     k_accumulate, unpack_scale_min_k4_words, unpack_scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K,
     BlockQ5K, BlockQ6K, BlockQ8K, KQuant,
@@ -243,6 +244,7 @@ impl KAvx2 for BlockQ4K {
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
+            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             let (sc, mins) = scales_k4(&b.scales);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let mut ai = [_mm256_setzero_si256(); R];
@@ -271,6 +273,7 @@ impl KAvx2 for BlockQ5K {
         let bit4 = _mm256_set1_epi8(0x10);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
+            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             let (sc, mins) = scales_k4(&b.scales);
             let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
             let qh = load32u(&b.qh);
@@ -304,6 +307,7 @@ impl KAvx2 for BlockQ6K {
         let m2 = _mm256_set1_epi8(0x30);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
+            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             // SAFETY: 16 readable bytes.
             let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
             let sc = Scales16::new(sc16);
@@ -353,6 +357,7 @@ impl KAvx2 for BlockQ2K {
         let m3 = _mm256_set1_epi8(3);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
+            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             // SAFETY: 16 readable bytes.
             let raw = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
             let sc = Scales16::new(_mm256_cvtepu8_epi16(_mm_and_si128(
@@ -389,6 +394,7 @@ impl KAvx2 for BlockQ3K {
         let one = _mm256_set1_epi8(1);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
+            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             let scales = unpack_scales_q3k(&b.scales);
             // SAFETY: 16 readable bytes.
             let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });

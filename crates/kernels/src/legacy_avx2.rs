@@ -10,6 +10,7 @@
 //! `maddubs` saturates at i16: unsigned quants are at most 31 and activations at most 127 in
 //! magnitude (2*31*127 fits); for Q8 weights `|w| <= 128` and `|x| <= 127` (2*128*127 fits).
 
+use crate::block::prefetch_ahead;
 use crate::legacy::{
     add_block_scalar, finish, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
     BlockQ8x4, Legacy32, MTerm,
@@ -214,6 +215,7 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
     for g in 0..groups {
         for wi in 0..WR {
             let wg = &ws[wi][4 * g..4 * g + 4];
+            prefetch_ahead(wg.as_ptr().cast::<u8>(), 4 * size_of::<B>());
             let dw = f16x4([
                 wg[0].d_bits(),
                 wg[1].d_bits(),
