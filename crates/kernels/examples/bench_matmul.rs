@@ -81,6 +81,10 @@ fn main() {
         quant_cost();
         return;
     }
+    if std::env::args().nth(2).as_deref() == Some("layers") {
+        layers(threads);
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("head") {
         let pool = ThreadPool::new(threads);
         for n in [1, 16, 1, 16] {
@@ -235,4 +239,64 @@ pub fn pool_overhead(threads: usize) {
         best * 1e6,
         threads * 2
     );
+}
+
+/// The matmuls of Gemma 3 270M's 18 layers (types and shapes as in the default model's file),
+/// back to back from memory as one decode step runs them: ms per pass at n = 1 and n = 16.
+fn layers(threads: usize) {
+    let pool = ThreadPool::new(threads);
+    // (type, rows, cols) per layer, in the forward's order: q, k, v, o, gate, up, down.
+    let shapes = |il: usize| {
+        let v = if il % 2 == 0 {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q5_0
+        };
+        let down = if il % 2 == 0 {
+            GgmlType::Q6_K
+        } else {
+            GgmlType::Q4_K
+        };
+        [
+            (GgmlType::Q5_0, 1024, 640),
+            (GgmlType::Q5_0, 256, 640),
+            (v, 256, 640),
+            (GgmlType::Q4_K, 640, 1024),
+            (GgmlType::Q5_0, 2048, 640),
+            (GgmlType::Q5_0, 2048, 640),
+            (down, 640, 2048),
+        ]
+    };
+    let mats: Vec<Vec<(GgmlType, usize, usize, Vec<u8>)>> = (0..18)
+        .map(|il| {
+            shapes(il)
+                .into_iter()
+                .map(|(ty, r, c)| (ty, r, c, random_weights(ty, r, c)))
+                .collect()
+        })
+        .collect();
+    let total: usize = mats.iter().flatten().map(|m| m.3.len()).sum();
+    for n in [1, 16, 1, 16] {
+        let x = vec![0.25f32; n * 2048];
+        let mut out = vec![0.0f32; n * 2048];
+        let mut times = Vec::new();
+        for _ in 0..if n == 1 { 200 } else { 20 } {
+            let t = Instant::now();
+            for layer in &mats {
+                for (ty, r, c, bytes) in layer {
+                    let w = QMatrix::new(*ty, bytes, *r, *c);
+                    matmul(&pool, &w, &x[..n * c], n, &mut out[..n * r]);
+                }
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        let med = times[times.len() / 2];
+        println!(
+            "layers n={n:<3} {:.1} MB: median {med:.3} ms ({:.2} GB/s), best {:.3} ms",
+            total as f64 / 1e6,
+            total as f64 / 1e6 / med,
+            times[0]
+        );
+    }
 }

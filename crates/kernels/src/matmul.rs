@@ -1,8 +1,8 @@
 //! `matmul`: a quantized weight matrix times a batch of f32 activation rows.
 //!
 //! Shape of the work: each activation row is quantized once into the format the weight type
-//! multiplies with ([`Activations`]). The weight rows are split into contiguous tiles handed
-//! out to the pool's threads. A thread walks its tile in sub-tiles of about 32 KB (so they
+//! multiplies with ([`Activations`]). The weight rows are split into one contiguous range per
+//! thread ([`Ranges`]). A thread walks its range in sub-tiles of about 32 KB (so they
 //! stay in L1/L2) and, for each sub-tile, runs the multi-row kernel over all its weight rows
 //! for four activation rows at a time. Each weight block is thus read from memory once per
 //! call and decoded once per four activation rows, and the kernel loops over weight rows
@@ -22,6 +22,7 @@ use crate::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, Block
 use crate::pool::ThreadPool;
 use crate::GgmlType;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A row-major weight matrix as stored in GGUF: `rows` output features of `cols` values
 /// each (`cols` = the tensor's `dims[0]`); `data` is `rows * row_bytes(ty, cols)` bytes.
@@ -323,13 +324,6 @@ const ROWS_PER_KERNEL: usize = 4;
 const SUBTILE_BYTES: usize = 32 * 1024;
 /// Weight rows of a sub-tile, at most (the size of the kernel's output buffer on the stack).
 const MAX_SUBTILE_ROWS: usize = 64;
-/// Tiles per thread, at most: fine enough that a thread preempted while holding a tile (the
-/// machine is shared) delays the call by at most 1/128 of the work with 2 threads, coarse
-/// enough that claiming a tile (one compare-exchange) costs nothing next to its work.
-const TILES_PER_THREAD: usize = 64;
-/// Smallest tile worth a claim.
-const MIN_TILE_BYTES: usize = 16 * 1024;
-
 fn run<W: WeightBlock>(
     isa: Isa,
     pool: &ThreadPool,
@@ -355,14 +349,9 @@ fn run<W: WeightBlock>(
     let blocks: &[W] = as_blocks(w.data);
     let bpr = w.cols / W::ELEMS;
     let rows = w.rows;
-    let threads = pool.n_threads();
-    let rows_per_tile = rows
-        .div_ceil(threads * TILES_PER_THREAD)
-        .max(MIN_TILE_BYTES.div_ceil(w.row_bytes().max(1)))
-        .min(rows.div_ceil(2 * threads))
-        .max(1);
-    let n_tiles = rows.div_ceil(rows_per_tile);
     let sub_rows = (SUBTILE_BYTES / w.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
+    let n_sub = rows.div_ceil(sub_rows);
+    let ranges = Ranges::new(n_sub, pool.n_threads());
     let job = Job {
         isa,
         acts,
@@ -371,13 +360,12 @@ fn run<W: WeightBlock>(
         out: out.as_mut_ptr(),
     };
     let job = &job;
+    let ranges = &ranges;
 
-    pool.for_each(n_tiles, &|t| {
-        let o0 = t * rows_per_tile;
-        let o1 = (o0 + rows_per_tile).min(rows);
-        let mut s0 = o0;
-        while s0 < o1 {
-            let s1 = (s0 + sub_rows).min(o1);
+    pool.for_each(ranges.len(), &|home| {
+        while let Some(sub) = ranges.claim(home) {
+            let s0 = sub * sub_rows;
+            let s1 = (s0 + sub_rows).min(rows);
             let wsub = &blocks[s0 * bpr..s1 * bpr];
             let mut r = 0;
             while r < n {
@@ -388,9 +376,73 @@ fn run<W: WeightBlock>(
                     _ => job.tile::<ROWS_PER_KERNEL, W>(wsub, bpr, r, s0),
                 };
             }
-            s0 = s1;
         }
     });
+}
+
+/// The sub-tiles of one call split into one contiguous range per thread.
+///
+/// Why contiguous: at n = 1 a matmul streams its weights from memory, and each thread's
+/// software prefetch runs [`crate::block::PREFETCH_DISTANCE`] bytes ahead of where it reads.
+/// Handing out small tiles in global order made every thread jump to a fresh tile every few
+/// KB, each start a cold miss; one range per thread keeps each stream going (the layers of
+/// the default model: 8.3 -> 6.2 ms per decode step, median of interleaved runs). A thread that
+/// finishes its own range takes sub-tiles from the END of the others (the machine is shared;
+/// a preempted thread must not hold up the call), so owner and thief meet in the middle.
+struct Ranges {
+    /// Per range, `front << 32 | back`: the sub-tiles `front..back` are still unclaimed.
+    /// Padded to a cache line so that owners never contend.
+    ranges: Vec<PaddedRange>,
+}
+
+#[repr(align(64))]
+struct PaddedRange(AtomicU64);
+
+impl Ranges {
+    fn new(n_sub: usize, threads: usize) -> Ranges {
+        let k = threads.clamp(1, n_sub.max(1));
+        let ranges = (0..k)
+            .map(|i| {
+                let (front, back) = (n_sub * i / k, n_sub * (i + 1) / k);
+                PaddedRange(AtomicU64::new(((front as u64) << 32) | back as u64))
+            })
+            .collect();
+        Ranges { ranges }
+    }
+
+    fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// The next sub-tile for the thread working on range `home`: the front of its own range,
+    /// else the back of another's; `None` once every range is empty.
+    fn claim(&self, home: usize) -> Option<usize> {
+        let k = self.ranges.len();
+        (0..k).find_map(|j| {
+            let i = (home + j) % k;
+            self.take(i, j == 0)
+        })
+    }
+
+    fn take(&self, i: usize, front: bool) -> Option<usize> {
+        let cell = &self.ranges[i].0;
+        let mut cur = cell.load(Ordering::Relaxed);
+        loop {
+            let (f, b) = (cur >> 32, cur & 0xFFFF_FFFF);
+            if f >= b {
+                return None;
+            }
+            let (next, got) = if front {
+                (((f + 1) << 32) | b, f)
+            } else {
+                ((f << 32) | (b - 1), b - 1)
+            };
+            match cell.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(got as usize),
+                Err(now) => cur = now,
+            }
+        }
+    }
 }
 
 /// What every task of one `run` shares.
@@ -437,5 +489,47 @@ impl<A: ActBlock> Job<'_, A> {
             }
         }
         R
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ranges;
+
+    /// Owners and thieves racing over the ranges claim every sub-tile exactly once, and an
+    /// owner alone walks its range front to back.
+    #[test]
+    fn ranges_hand_out_each_subtile_once() {
+        for (n_sub, threads) in [(1000, 4), (7, 3), (3, 8), (1, 2), (0, 2)] {
+            let ranges = Ranges::new(n_sub, threads);
+            let mut got: Vec<usize> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..ranges.len())
+                    .map(|home| {
+                        let ranges = &ranges;
+                        s.spawn(move || {
+                            std::iter::from_fn(|| ranges.claim(home)).collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap())
+                    .collect()
+            });
+            got.sort_unstable();
+            assert_eq!(
+                got,
+                (0..n_sub).collect::<Vec<_>>(),
+                "{n_sub} over {threads}"
+            );
+        }
+        let ranges = Ranges::new(10, 2);
+        let own: Vec<usize> = (0..5).map(|_| ranges.claim(0).unwrap()).collect();
+        assert_eq!(own, [0, 1, 2, 3, 4]);
+        assert_eq!(
+            ranges.claim(0),
+            Some(9),
+            "then steals from the back of range 1"
+        );
     }
 }
