@@ -267,7 +267,8 @@ fn layers(threads: usize) {
             (down, 640, 2048),
         ]
     };
-    let mats: Vec<Vec<(GgmlType, usize, usize, Vec<u8>)>> = (0..18)
+    type Layer = Vec<(GgmlType, usize, usize, Vec<u8>)>;
+    let mats: Vec<Layer> = (0..18)
         .map(|il| {
             shapes(il)
                 .into_iter()
