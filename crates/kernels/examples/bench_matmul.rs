@@ -247,12 +247,12 @@ fn layers(threads: usize) {
     let pool = ThreadPool::new(threads);
     // (type, rows, cols) per layer, in the forward's order: q, k, v, o, gate, up, down.
     let shapes = |il: usize| {
-        let v = if il % 2 == 0 {
+        let v = if il.is_multiple_of(2) {
             GgmlType::Q8_0
         } else {
             GgmlType::Q5_0
         };
-        let down = if il % 2 == 0 {
+        let down = if il.is_multiple_of(2) {
             GgmlType::Q6_K
         } else {
             GgmlType::Q4_K
