@@ -15,8 +15,9 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use ferrox_gguf::GgmlType;
 use ferrox_gguf::GgufFile;
-use ferrox_kernels::{matmul, ThreadPool};
+use ferrox_kernels::{matmul, Q8Rows8, ThreadPool};
 
 use crate::attention::{attend, AttnShape, Query};
 use crate::config::{Activation, ModelConfig};
@@ -33,6 +34,10 @@ pub struct Model {
     file: Arc<GgufFile>,
     config: ModelConfig,
     weights: Weights,
+    /// The output head repacked eight rows at a time when it is Q8_0 (it is 72% of the bytes
+    /// a decode step of the default model reads, and the repacked kernel streams it ~1.5x
+    /// faster; see `ferrox_kernels::Q8Rows8`). Its file pages are released as it is built.
+    head_rows8: Option<Q8Rows8>,
     tokenizer: Tokenizer,
     pool: ThreadPool,
     /// RoPE frequencies for global layers and for sliding-window layers.
@@ -64,12 +69,20 @@ impl Model {
                 ),
             });
         }
+        let head_rows8 = (weights.output.ty == GgmlType::Q8_0)
+            .then(|| {
+                let data = weights.output.view(&file).data;
+                let (rows, cols) = (weights.output.rows, weights.output.cols);
+                Q8Rows8::repack(data, rows, cols, |done| file.release(&data[done]))
+            })
+            .flatten();
         let freqs_global = rope_freqs(config.head_dim, config.rope_base, config.rope_freq_scale);
         let freqs_swa = rope_freqs(config.head_dim, config.rope_base_swa, 1.0);
         Ok(Model {
             file: Arc::new(file),
             config,
             weights,
+            head_rows8,
             tokenizer,
             pool: ThreadPool::new(n_threads.max(1)),
             freqs_global,
@@ -162,7 +175,10 @@ impl Model {
         let n_out = last.len() / d;
         rms_norm_rows(&mut last, &self.weights.output_norm, cfg.rms_eps);
         let mut logits = vec![0.0f32; n_out * cfg.n_vocab];
-        self.matmul(&self.weights.output, &last, n_out, &mut logits);
+        match &self.head_rows8 {
+            Some(head) => head.matmul(&self.pool, &last, n_out, &mut logits),
+            None => self.matmul(&self.weights.output, &last, n_out, &mut logits),
+        }
         if let Some(cap) = cfg.final_logit_softcap {
             for l in logits.iter_mut() {
                 *l = (*l / cap).tanh() * cap;

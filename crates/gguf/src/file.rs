@@ -228,6 +228,33 @@ impl GgufFile {
             .expect("TensorInfo from this file: its bounds were checked when the file was opened")
     }
 
+    /// Lets the OS drop this process's resident pages of `data`, a slice of this file's bytes
+    /// (say, a tensor the caller has copied into another layout), so that they no longer count
+    /// in RSS. Reading them again stays correct: the mapping is read-only and shared, so the
+    /// pages fault back in from the file. Only whole pages inside `data` are released; a
+    /// no-op for files held in memory, for slices from elsewhere, and off Unix.
+    pub fn release(&self, data: &[u8]) {
+        #[cfg(unix)]
+        if let Bytes::Mapped(m) = &self.bytes {
+            let base = m.as_ptr() as usize;
+            let start = data.as_ptr() as usize;
+            if start < base || start + data.len() > base + m.len() {
+                return;
+            }
+            const PAGE: usize = 4096;
+            let first = (start - base).div_ceil(PAGE) * PAGE;
+            let end = (start - base + data.len()) / PAGE * PAGE;
+            if end > first {
+                // SAFETY: DONTNEED on a read-only shared file mapping only drops resident pages;
+                // every later read sees the same bytes (faulted back in from the file), so no
+                // live reference can observe a change.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+                };
+            }
+        }
+    }
+
     /// The data section's alignment (`general.alignment`, default 32).
     pub fn alignment(&self) -> u64 {
         self.alignment

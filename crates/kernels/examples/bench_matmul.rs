@@ -81,6 +81,14 @@ fn main() {
         quant_cost();
         return;
     }
+    if std::env::args().nth(2).as_deref() == Some("read") {
+        read_bandwidth(&ThreadPool::new(threads), 178 << 20);
+        return;
+    }
+    if std::env::args().nth(2).as_deref() == Some("head8") {
+        head_repacked(threads);
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("layers") {
         layers(threads);
         return;
@@ -298,6 +306,36 @@ fn layers(threads: usize) {
             total as f64 / 1e6,
             total as f64 / 1e6 / med,
             times[0]
+        );
+    }
+}
+
+/// The output head in the file's layout and repacked eight rows at a time (`Q8Rows8`),
+/// interleaved: median ms per call at n = 1 and n = 16.
+fn head_repacked(threads: usize) {
+    let pool = ThreadPool::new(threads);
+    let (rows, cols) = (262_144, 640);
+    let bytes = random_weights(GgmlType::Q8_0, rows, cols);
+    let w = QMatrix::new(GgmlType::Q8_0, &bytes, rows, cols);
+    let m = Q8Rows8::repack(&bytes, rows, cols, |_| {}).expect("repackable");
+    for n in [1, 16] {
+        let x = vec![0.25f32; n * cols];
+        let mut out = vec![0.0f32; n * rows];
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..if n == 1 { 40 } else { 8 } {
+            let t = Instant::now();
+            matmul(&pool, &w, &x, n, &mut out);
+            a.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            m.matmul(&pool, &x, n, &mut out);
+            b.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        a.sort_by(f64::total_cmp);
+        b.sort_by(f64::total_cmp);
+        println!(
+            "head n={n:<3} file layout median {:.3} ms | repacked median {:.3} ms",
+            a[a.len() / 2],
+            b[b.len() / 2]
         );
     }
 }

@@ -25,6 +25,7 @@
 //! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`].
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
+//! - `rows8`: [`Q8Rows8`], a Q8_0 matrix repacked eight rows at a time (the output head).
 //!
 //! # Scalar vs AVX2
 //! Every weight type has a portable `dot_scalar` and an AVX2 `dot_avx2`. For the quantized
@@ -71,6 +72,7 @@ mod matmul;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx2;
+mod rows8;
 
 pub use attn::{
     attn_accumulate_f16, attn_accumulate_f16_isa, attn_scores_f16, attn_scores_f16_isa, exp_f32,
@@ -90,6 +92,7 @@ pub use matmul::{
     matmul, matmul_acts, matmul_acts_isa, matmul_isa, ActKind, ActStorage, Activations, QMatrix,
 };
 pub use pool::ThreadPool;
+pub use rows8::Q8Rows8;
 
 /// Bytes of a row of `cols` values of `ty`. Panics if `cols` is not a whole number of blocks.
 pub fn row_bytes(ty: GgmlType, cols: usize) -> usize {

@@ -221,7 +221,7 @@ impl Activations {
     }
 
     /// Row units of type `A` and units per row; panics if the buffer holds another kind.
-    fn view<A: ActStorage>(&self) -> (&[A], usize) {
+    pub(crate) fn view<A: ActStorage>(&self) -> (&[A], usize) {
         assert_eq!(
             self.kind,
             A::KIND,
@@ -341,21 +341,104 @@ fn run<W: WeightBlock>(
             (acts, w.cols)
         }
     };
-    if n == 0 || w.rows == 0 || w.cols == 0 {
+    if w.cols == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let kernel = BlockKernel::<W> {
+        isa,
+        blocks: as_blocks(w.data),
+        bpr: w.cols / W::ELEMS,
+        rows: w.rows,
+        row_bytes: w.row_bytes(),
+    };
+    run_kernel(pool, &kernel, acts, upr, n, out);
+}
+
+/// A weight matrix in some layout that computes dot products of a run of its rows with up
+/// to [`ROWS_PER_KERNEL`] activation rows. [`run_kernel`] spreads the work over the pool.
+pub(crate) trait RowKernel: Sync {
+    type Act: ActBlock + Sync;
+    /// Output features.
+    fn rows(&self) -> usize;
+    /// Weight bytes per row (sizes the sub-tiles).
+    fn row_bytes(&self) -> usize;
+    /// Sub-tiles start at multiples of this many rows.
+    fn row_align(&self) -> usize {
+        1
+    }
+    /// `out[k][i]` = the dot of weight row `o0 + k` with `xs[i]`, for `o0 + k < o1`.
+    fn compute<const R: usize>(
+        &self,
+        o0: usize,
+        o1: usize,
+        xs: [&[Self::Act]; R],
+        out: &mut [[f32; R]],
+    );
+}
+
+/// A matrix in GGUF's row-major block layout.
+struct BlockKernel<'a, W> {
+    isa: Isa,
+    blocks: &'a [W],
+    bpr: usize,
+    rows: usize,
+    row_bytes: usize,
+}
+
+impl<W: WeightBlock> RowKernel for BlockKernel<'_, W> {
+    type Act = W::Act;
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+    #[inline(always)]
+    fn compute<const R: usize>(
+        &self,
+        o0: usize,
+        o1: usize,
+        xs: [&[W::Act]; R],
+        out: &mut [[f32; R]],
+    ) {
+        let w = &self.blocks[o0 * self.bpr..o1 * self.bpr];
+        dot_rows_multi(self.isa, w, self.bpr, xs, out);
+    }
+}
+
+/// `out[r * rows + o] = dot(W[o], x[r])` for the `n` activation rows of `acts` (`upr` units
+/// each), on the pool: rows split into [`Ranges`] of sub-tiles of about [`SUBTILE_BYTES`], each
+/// sub-tile computed for [`ROWS_PER_KERNEL`] activation rows at a time.
+pub(crate) fn run_kernel<K: RowKernel>(
+    pool: &ThreadPool,
+    kernel: &K,
+    acts: &[K::Act],
+    upr: usize,
+    n: usize,
+    out: &mut [f32],
+) {
+    let rows = kernel.rows();
+    assert_eq!(out.len(), n * rows, "out must hold n rows of w.rows values");
+    if n == 0 || rows == 0 {
         out.fill(0.0);
         return;
     }
     assert!(acts.len() >= n * upr, "activation buffer too short");
-    let blocks: &[W] = as_blocks(w.data);
-    let bpr = w.cols / W::ELEMS;
-    let rows = w.rows;
-    let sub_rows = (SUBTILE_BYTES / w.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
+    let align = kernel.row_align();
+    let sub_rows = (SUBTILE_BYTES / kernel.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
+    let sub_rows = sub_rows.div_ceil(align) * align;
+    assert!(
+        sub_rows <= MAX_SUBTILE_ROWS,
+        "row alignment above the sub-tile size"
+    );
     let n_sub = rows.div_ceil(sub_rows);
     let ranges = Ranges::new(n_sub, pool.n_threads());
     let job = Job {
-        isa,
+        kernel,
         acts,
         upr,
+        n,
         rows,
         out: out.as_mut_ptr(),
     };
@@ -366,14 +449,13 @@ fn run<W: WeightBlock>(
         while let Some(sub) = ranges.claim(home) {
             let s0 = sub * sub_rows;
             let s1 = (s0 + sub_rows).min(rows);
-            let wsub = &blocks[s0 * bpr..s1 * bpr];
             let mut r = 0;
             while r < n {
                 r += match n - r {
-                    1 => job.tile::<1, W>(wsub, bpr, r, s0),
-                    2 => job.tile::<2, W>(wsub, bpr, r, s0),
-                    3 => job.tile::<3, W>(wsub, bpr, r, s0),
-                    _ => job.tile::<ROWS_PER_KERNEL, W>(wsub, bpr, r, s0),
+                    1 => job.tile::<1>(s0, s1, r),
+                    2 => job.tile::<2>(s0, s1, r),
+                    3 => job.tile::<3>(s0, s1, r),
+                    _ => job.tile::<ROWS_PER_KERNEL>(s0, s1, r),
                 };
             }
         }
@@ -445,12 +527,14 @@ impl Ranges {
     }
 }
 
-/// What every task of one `run` shares.
-struct Job<'a, A> {
-    isa: Isa,
-    acts: &'a [A],
+/// What every task of one `run_kernel` shares.
+struct Job<'a, K: RowKernel> {
+    kernel: &'a K,
+    acts: &'a [K::Act],
     /// Activation units per row.
     upr: usize,
+    /// Activation rows.
+    n: usize,
     /// Output features (the stride of `out`).
     rows: usize,
     out: *mut f32,
@@ -458,33 +542,25 @@ struct Job<'a, A> {
 
 // SAFETY: `out` is written at disjoint elements by the tasks (each weight row `o` belongs to
 // one task), and `for_each` returns only after all tasks finished.
-unsafe impl<A: Sync> Sync for Job<'_, A> {}
+unsafe impl<K: RowKernel> Sync for Job<'_, K> {}
 
-impl<A: ActBlock> Job<'_, A> {
-    /// Computes `out[(r + i) * rows + o0 + k]` for `i < R` and every weight row `k` of `wsub`;
+impl<K: RowKernel> Job<'_, K> {
+    /// Computes `out[(r + i) * rows + o]` for `i < R` and every weight row `o` in `o0..o1`;
     /// returns `R`.
     #[inline(always)]
-    fn tile<const R: usize, W: WeightBlock<Act = A>>(
-        &self,
-        wsub: &[W],
-        bpr: usize,
-        r: usize,
-        o0: usize,
-    ) -> usize {
+    fn tile<const R: usize>(&self, o0: usize, o1: usize, r: usize) -> usize {
         let upr = self.upr;
-        let xs: [&[A]; R] = std::array::from_fn(|i| &self.acts[(r + i) * upr..(r + i + 1) * upr]);
-        let n_sub = wsub.len() / bpr;
-        assert!(
-            (r + R - 1) * self.rows + o0 + n_sub <= self.rows * (r + R),
-            "tile outside out"
-        );
+        let xs: [&[K::Act]; R] =
+            std::array::from_fn(|i| &self.acts[(r + i) * upr..(r + i + 1) * upr]);
+        let n_sub = o1 - o0;
+        assert!(r + R <= self.n && o1 <= self.rows, "tile outside out");
         let mut res = [[0.0f32; R]; MAX_SUBTILE_ROWS];
         let res = &mut res[..n_sub];
-        dot_rows_multi(self.isa, wsub, bpr, xs, res);
+        self.kernel.compute(o0, o1, xs, res);
         for (k, dots) in res.iter().enumerate() {
             for (i, &v) in dots.iter().enumerate() {
-                // SAFETY: `(r + i, o0 + k)` is inside `out` (checked against n * rows in
-                // `dispatch`) and written only by the task owning weight row `o0 + k`.
+                // SAFETY: `(r + i, o0 + k)` is inside `out` (checked above against the
+                // n * rows of `run_kernel`) and written only by the task owning row `o0 + k`.
                 unsafe { *self.out.add((r + i) * self.rows + o0 + k) = v };
             }
         }
