@@ -314,15 +314,20 @@ fn layers(threads: usize) {
 /// interleaved: median ms per call at n = 1 and n = 16.
 fn head_repacked(threads: usize) {
     let pool = ThreadPool::new(threads);
-    let (rows, cols) = (262_144, 640);
+    let rows: usize = std::env::args()
+        .nth(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(262_144);
+    let cols = 640;
     let bytes = random_weights(GgmlType::Q8_0, rows, cols);
     let w = QMatrix::new(GgmlType::Q8_0, &bytes, rows, cols);
     let m = Q8Rows8::repack(&bytes, rows, cols, |_| {}).expect("repackable");
-    for n in [1, 16] {
+    for n in [1, 2, 4, 16] {
         let x = vec![0.25f32; n * cols];
         let mut out = vec![0.0f32; n * rows];
         let (mut a, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..if n == 1 { 40 } else { 8 } {
+        let reps = (if n == 1 { 40 } else { 8 }) * (262_144 / rows).max(1);
+        for _ in 0..reps {
             let t = Instant::now();
             matmul(&pool, &w, &x, n, &mut out);
             a.push(t.elapsed().as_secs_f64() * 1e3);
@@ -332,10 +337,13 @@ fn head_repacked(threads: usize) {
         }
         a.sort_by(f64::total_cmp);
         b.sort_by(f64::total_cmp);
+        let ns_per = |ms: f64| ms * 1e6 / (rows * cols / 32 * n) as f64 * threads as f64;
         println!(
-            "head n={n:<3} file layout median {:.3} ms | repacked median {:.3} ms",
+            "{rows}x{cols} n={n:<3} file layout median {:.3} ms ({:.2} ns/block-row/thread) | repacked median {:.3} ms ({:.2})",
             a[a.len() / 2],
-            b[b.len() / 2]
+            ns_per(a[a.len() / 2]),
+            b[b.len() / 2],
+            ns_per(b[b.len() / 2])
         );
     }
 }
