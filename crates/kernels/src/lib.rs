@@ -21,7 +21,8 @@
 //! - `block`: the traits every format implements, [`Isa`] (scalar vs AVX2, detected once).
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
 //! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates.
-//! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`].
+//! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
+//!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once).
 //! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`].
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
@@ -62,6 +63,8 @@
 mod attn;
 mod block;
 mod float;
+#[cfg(target_arch = "x86_64")]
+mod gemm8;
 mod kquants;
 #[cfg(target_arch = "x86_64")]
 mod kquants_avx2;

@@ -302,12 +302,12 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
         GgmlType::F32 => run::<F32Le>(isa, pool, w, x, n, out),
         GgmlType::F16 => run::<F16Le>(isa, pool, w, x, n, out),
         GgmlType::BF16 => run::<Bf16Le>(isa, pool, w, x, n, out),
-        GgmlType::Q4_0 => run::<BlockQ4_0>(isa, pool, w, x, n, out),
-        GgmlType::Q4_1 => run::<BlockQ4_1>(isa, pool, w, x, n, out),
-        GgmlType::Q5_0 => run::<BlockQ5_0>(isa, pool, w, x, n, out),
-        GgmlType::Q5_1 => run::<BlockQ5_1>(isa, pool, w, x, n, out),
-        GgmlType::Q8_0 => run::<BlockQ8_0>(isa, pool, w, x, n, out),
-        GgmlType::Q8_1 => run::<BlockQ8_1>(isa, pool, w, x, n, out),
+        GgmlType::Q4_0 => run_legacy::<BlockQ4_0>(isa, pool, w, x, n, out),
+        GgmlType::Q4_1 => run_legacy::<BlockQ4_1>(isa, pool, w, x, n, out),
+        GgmlType::Q5_0 => run_legacy::<BlockQ5_0>(isa, pool, w, x, n, out),
+        GgmlType::Q5_1 => run_legacy::<BlockQ5_1>(isa, pool, w, x, n, out),
+        GgmlType::Q8_0 => run_legacy::<BlockQ8_0>(isa, pool, w, x, n, out),
+        GgmlType::Q8_1 => run_legacy::<BlockQ8_1>(isa, pool, w, x, n, out),
         GgmlType::Q2_K => run::<BlockQ2K>(isa, pool, w, x, n, out),
         GgmlType::Q3_K => run::<BlockQ3K>(isa, pool, w, x, n, out),
         GgmlType::Q4_K => run::<BlockQ4K>(isa, pool, w, x, n, out),
@@ -324,6 +324,44 @@ const ROWS_PER_KERNEL: usize = 4;
 const SUBTILE_BYTES: usize = 32 * 1024;
 /// Weight rows of a sub-tile, at most (the size of the kernel's output buffer on the stack).
 const MAX_SUBTILE_ROWS: usize = 64;
+/// A 32-value format: from [`crate::gemm8::MIN_ROWS`] activation rows on, through the
+/// lane-major kernel (`gemm8`, same bits, about twice the throughput); else [`run`].
+#[cfg(target_arch = "x86_64")]
+fn run_legacy<B: crate::legacy_avx2::LegacyAvx2 + Sync>(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: Input,
+    n: usize,
+    out: &mut [f32],
+) {
+    if let (true, Input::Acts(acts)) = (isa.is_avx2() && n >= crate::gemm8::MIN_ROWS, &x) {
+        let (units, upr) = acts.view::<BlockQ8x4>();
+        let kernel = crate::gemm8::Gemm8::<B> {
+            blocks: as_blocks(w.data),
+            bpr: w.cols / B::ELEMS,
+            rows: w.rows,
+            row_bytes: w.row_bytes(),
+        };
+        return run_kernel(pool, &kernel, units, upr, n, out);
+    }
+    run::<B>(isa, pool, w, x, n, out)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn run_legacy<B: WeightBlock>(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: Input,
+    n: usize,
+    out: &mut [f32],
+) where
+    B::Act: ActStorage,
+{
+    run::<B>(isa, pool, w, x, n, out)
+}
+
 fn run<W: WeightBlock>(
     isa: Isa,
     pool: &ThreadPool,
@@ -375,6 +413,24 @@ pub(crate) trait RowKernel: Sync {
         xs: [&[Self::Act]; R],
         out: &mut [[f32; R]],
     );
+    /// Every activation row of `job` times weight rows `o0..o1` (a sub-tile this task owns),
+    /// written with [`Job::put`]. By default [`ROWS_PER_KERNEL`] activation rows at a time
+    /// through [`RowKernel::compute`].
+    #[inline(always)]
+    fn subtile(&self, job: &Job<Self>, o0: usize, o1: usize)
+    where
+        Self: Sized,
+    {
+        let mut r = 0;
+        while r < job.n {
+            r += match job.n - r {
+                1 => job.tile::<1>(o0, o1, r),
+                2 => job.tile::<2>(o0, o1, r),
+                3 => job.tile::<3>(o0, o1, r),
+                _ => job.tile::<ROWS_PER_KERNEL>(o0, o1, r),
+            };
+        }
+    }
 }
 
 /// A matrix in GGUF's row-major block layout.
@@ -448,16 +504,7 @@ pub(crate) fn run_kernel<K: RowKernel>(
     pool.for_each(ranges.len(), &|home| {
         while let Some(sub) = ranges.claim(home) {
             let s0 = sub * sub_rows;
-            let s1 = (s0 + sub_rows).min(rows);
-            let mut r = 0;
-            while r < n {
-                r += match n - r {
-                    1 => job.tile::<1>(s0, s1, r),
-                    2 => job.tile::<2>(s0, s1, r),
-                    3 => job.tile::<3>(s0, s1, r),
-                    _ => job.tile::<ROWS_PER_KERNEL>(s0, s1, r),
-                };
-            }
+            kernel.subtile(job, s0, (s0 + sub_rows).min(rows));
         }
     });
 }
@@ -528,7 +575,7 @@ impl Ranges {
 }
 
 /// What every task of one `run_kernel` shares.
-struct Job<'a, K: RowKernel> {
+pub(crate) struct Job<'a, K: RowKernel> {
     kernel: &'a K,
     acts: &'a [K::Act],
     /// Activation units per row.
@@ -545,6 +592,27 @@ struct Job<'a, K: RowKernel> {
 unsafe impl<K: RowKernel> Sync for Job<'_, K> {}
 
 impl<K: RowKernel> Job<'_, K> {
+    /// Activation rows.
+    pub(crate) fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Activation row `r`.
+    pub(crate) fn row(&self, r: usize) -> &[K::Act] {
+        &self.acts[r * self.upr..(r + 1) * self.upr]
+    }
+
+    /// Stores the dot of weight row `o` with activation row `r`.
+    ///
+    /// # Safety
+    /// Only the task that claimed the sub-tile holding weight row `o` may call this.
+    #[inline(always)]
+    pub(crate) unsafe fn put(&self, r: usize, o: usize, v: f32) {
+        assert!(r < self.n && o < self.rows, "({r}, {o}) outside out");
+        // SAFETY: inside `out` (n * rows, checked in `run_kernel`); the caller owns row `o`.
+        unsafe { *self.out.add(r * self.rows + o) = v };
+    }
+
     /// Computes `out[(r + i) * rows + o]` for `i < R` and every weight row `o` in `o0..o1`;
     /// returns `R`.
     #[inline(always)]
