@@ -19,13 +19,13 @@
 
 use std::cell::RefCell;
 
+use crate::block::prefetch_ahead;
 use crate::legacy::{BlockQ8x4, MTerm};
 use crate::legacy_avx2::LegacyAvx2;
 use crate::matmul::{Job, RowKernel};
+use crate::rows8::{Chunks, GROUP};
 use std::arch::x86_64::*;
 
-/// Weight rows decoded together.
-const GROUP: usize = 8;
 
 /// Activation rows from which the lane-major path beats the row-major kernel: one thread,
 /// q5_0 256x640 from cache, ns per (block, activation row), row-major vs lane-major: n=4
@@ -33,10 +33,30 @@ const GROUP: usize = 8;
 /// per-group overheads need several rows to pay off).
 pub(crate) const MIN_ROWS: usize = 8;
 
-/// One decoded block column of a group: chunk `k` holds values `4k..4k+4` of each row.
-#[repr(C, align(32))]
-#[derive(Clone, Copy)]
-struct Chunks([[u8; 32]; 8]);
+/// Where [`dot8`] finds the eight rows' `d` of block column `j`.
+pub(crate) trait Scales8 {
+    /// # Safety
+    /// AVX2 and F16C must be available; `j` is in bounds.
+    unsafe fn get(&self, j: usize) -> __m256;
+}
+
+impl Scales8 for [[f32; GROUP]] {
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn get(&self, j: usize) -> __m256 {
+        // SAFETY: 8 readable floats.
+        unsafe { _mm256_loadu_ps(self[j].as_ptr()) }
+    }
+}
+
+impl Scales8 for [[u16; GROUP]] {
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn get(&self, j: usize) -> __m256 {
+        // SAFETY: 16 readable bytes of f16 bits.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self[j].as_ptr().cast())) }
+    }
+}
 
 /// A group's decoded block columns, with their scales `d` and `m` terms per row.
 #[derive(Default)]
@@ -103,7 +123,9 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
                 unsafe { decode(rows, self.bpr, dec) };
                 for r in 0..job.n() {
                     // SAFETY: as above; the row covers `bpr` blocks (checked above).
-                    let res = unsafe { dot8::<B>(dec, job.row(r)) };
+                    let res = unsafe {
+                        dot8::<B, _>(&dec.chunks, &dec.d[..], &dec.m, job.row(r), false)
+                    };
                     for (i, &v) in res.iter().take(h).enumerate() {
                         // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
                         unsafe { job.put(r, g0 + i, v) };
@@ -185,19 +207,33 @@ fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
     ]
 }
 
-/// The decoded group's eight dots with activation row `x`.
+/// The eight dots of a group (`chunks` and `d` per block column; `m` too when `B` has an m
+/// term) with activation row `x` (which covers every block column). `prefetch`: hint the
+/// memory ahead of `chunks` (when the group streams from memory, at n = 1).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot8<B: LegacyAvx2>(dec: &Decoded, x: &[BlockQ8x4]) -> [f32; GROUP] {
-    let bpr = dec.d.len();
+pub(crate) unsafe fn dot8<B: LegacyAvx2, S: Scales8 + ?Sized>(
+    chunks: &[Chunks],
+    d: &S,
+    m: &[[f32; GROUP]],
+    x: &[BlockQ8x4],
+    prefetch: bool,
+) -> [f32; GROUP] {
+    let bpr = chunks.len();
+    assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
     let ones = _mm256_set1_epi16(1);
     // Lane k of every row: acc[k] holds it for the eight rows.
     let mut acc = [_mm256_setzero_ps(); 8];
     for j in 0..bpr {
+        if prefetch {
+            prefetch_ahead(chunks[j].0.as_ptr().cast(), size_of::<Chunks>());
+        }
         let u = &x[j / 4];
         let kk = j % 4;
-        // SAFETY: 8 readable floats.
-        let d = unsafe { _mm256_loadu_ps(dec.d[j].as_ptr()) };
-        let s = _mm256_mul_ps(d, _mm256_set1_ps(u.d[kk]));
+        // SAFETY: `j < bpr`, the length of every per-column slice.
+        let s = _mm256_mul_ps(unsafe { d.get(j) }, _mm256_set1_ps(u.d[kk]));
         let xq = &u.qs[kk];
         for (k, a) in acc.iter_mut().enumerate() {
             let xb = _mm256_set1_epi32(i32::from_le_bytes([
@@ -207,7 +243,7 @@ fn dot8<B: LegacyAvx2>(dec: &Decoded, x: &[BlockQ8x4]) -> [f32; GROUP] {
                 xq[4 * k + 3] as u8,
             ]));
             // SAFETY: 32 readable, 32-byte aligned bytes.
-            let w = unsafe { _mm256_load_si256(dec.chunks[j].0[k].as_ptr().cast()) };
+            let w = unsafe { _mm256_load_si256(chunks[j].0[k].as_ptr().cast()) };
             let p = if B::SIGNED {
                 _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w))
             } else {
@@ -222,7 +258,7 @@ fn dot8<B: LegacyAvx2>(dec: &Decoded, x: &[BlockQ8x4]) -> [f32; GROUP] {
         for j in 0..bpr {
             let sx = x[j / 4].s[j % 4];
             // SAFETY: 8 readable floats.
-            let m = unsafe { _mm256_loadu_ps(dec.m[j].as_ptr()) };
+            let m = unsafe { _mm256_loadu_ps(m[j].as_ptr()) };
             accm[j % 4] = _mm256_add_ps(accm[j % 4], _mm256_mul_ps(m, _mm256_set1_ps(sx)));
         }
     }
