@@ -87,9 +87,8 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
         let logits = m.forward_multi_seq(&mut kv, &chunks).expect("decode");
         let v = m.vocab_size();
         for (s, t) in last.iter_mut().enumerate() {
-            // A cheap deterministic choice keeps tokens realistic without a sampler's cost.
-            let row = &logits[s * v..(s + 1) * v];
-            *t = (0..v).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32;
+            // Greedy, as a temperature-0 request samples (the sampler's vectorized argmax).
+            *t = ferrox_engine::sampler::argmax(&logits[s * v..(s + 1) * v]);
         }
     }
     (t_prefill, t1.elapsed().as_secs_f64())

@@ -240,15 +240,21 @@ async fn one_request(
     Ok(timing)
 }
 
-/// The nearest-rank percentile `p` (0..=100) of `xs`, in milliseconds.
+/// The percentile `p` (0..=100) of `xs` in milliseconds, interpolated linearly between the
+/// two nearest ranks: numpy's default, which vLLM's `benchmark_serving` (np.percentile,
+/// np.median) and the anchors in `../shared/anchors.md` use. It matters at a step in the
+/// distribution: with 16 requests and 8 slots, the median lies halfway between the last
+/// request of the first wave and the first of the second, where nearest-rank would report
+/// the first wave's last one.
 fn percentile_ms(xs: &[Duration], p: f64) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }
     let mut v: Vec<f64> = xs.iter().map(|d| d.as_secs_f64() * 1e3).collect();
     v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
-    Some(v[rank.min(v.len()) - 1])
+    let pos = (p / 100.0).clamp(0.0, 1.0) * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    Some(v[lo] + (v[hi] - v[lo]) * (pos - lo as f64))
 }
 
 fn tok_per_s(r: &LevelReport) -> f64 {
@@ -307,10 +313,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_are_nearest_rank() {
+    fn percentiles_interpolate_like_numpy() {
+        // numpy.percentile([1..=10], [50, 90]) = [5.5, 9.1]
         let xs: Vec<Duration> = (1..=10).map(Duration::from_millis).collect();
-        assert_eq!(percentile_ms(&xs, 50.0), Some(5.0));
-        assert_eq!(percentile_ms(&xs, 90.0), Some(9.0));
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+        assert!(near(percentile_ms(&xs, 50.0), 5.5));
+        assert!(near(percentile_ms(&xs, 90.0), 9.1));
+        assert!(near(percentile_ms(&xs, 0.0), 1.0));
+        assert!(near(percentile_ms(&xs, 100.0), 10.0));
+        assert!(near(percentile_ms(&xs[..1], 50.0), 1.0));
         assert_eq!(percentile_ms(&[], 50.0), None);
     }
 

@@ -40,7 +40,7 @@ pub struct ServeArgs {
     /// Most sequences decoding together (llama-server's -np) [default: 16].
     #[arg(long = "parallel", visible_alias = "np", env = "FERROX_CB_MAX_SEQS")]
     pub parallel: Option<usize>,
-    /// Most prompt tokens computed per scheduler step [default: 64].
+    /// Most prompt tokens computed per scheduler step [default: 128].
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
     /// Most requests waiting for a slot; more get 503 [default: 256].

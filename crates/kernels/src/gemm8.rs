@@ -26,7 +26,6 @@ use crate::matmul::{Job, RowKernel};
 use crate::rows8::{Chunks, GROUP};
 use std::arch::x86_64::*;
 
-
 /// Activation rows from which the lane-major path beats the row-major kernel: one thread,
 /// q5_0 256x640 from cache, ns per (block, activation row), row-major vs lane-major: n=4
 /// 1.16 vs 1.21, n=8 1.42 vs 1.31, n=16 1.44 vs 0.90, n=64 1.14 vs 0.84 (the decode and the
@@ -123,9 +122,8 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
                 unsafe { decode(rows, self.bpr, dec) };
                 for r in 0..job.n() {
                     // SAFETY: as above; the row covers `bpr` blocks (checked above).
-                    let res = unsafe {
-                        dot8::<B, _>(&dec.chunks, &dec.d[..], &dec.m, job.row(r), false)
-                    };
+                    let res =
+                        unsafe { dot8::<B, _>(&dec.chunks, &dec.d[..], &dec.m, job.row(r), false) };
                     for (i, &v) in res.iter().take(h).enumerate() {
                         // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
                         unsafe { job.put(r, g0 + i, v) };

@@ -138,7 +138,10 @@ impl Q8Rows8 {
         let blocks: Vec<BlockQ8_0> = (0..self.bpr).map(|j| self.block(o, j)).collect();
         // SAFETY: BlockQ8_0 is a plain byte struct (size 34, align 1).
         let bytes = unsafe {
-            std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(&*blocks))
+            std::slice::from_raw_parts(
+                blocks.as_ptr().cast::<u8>(),
+                std::mem::size_of_val(&*blocks),
+            )
         };
         crate::dequantize_row(GgmlType::Q8_0, bytes, dst);
     }
@@ -152,7 +155,11 @@ impl Q8Rows8 {
     /// [`Q8Rows8::matmul`] on a chosen instruction set.
     pub fn matmul_isa(&self, isa: Isa, pool: &ThreadPool, x: &[f32], n: usize, out: &mut [f32]) {
         assert_eq!(x.len(), n * self.cols, "x must hold n rows of cols values");
-        assert_eq!(out.len(), n * self.rows, "out must hold n rows of rows values");
+        assert_eq!(
+            out.len(),
+            n * self.rows,
+            "out must hold n rows of rows values"
+        );
         let mut acts = Activations::new();
         acts.quantize(pool, GgmlType::Q8_0, x, n, self.cols);
         let kernel = Kernel { m: self, isa };
@@ -190,7 +197,13 @@ impl RowKernel for Kernel<'_> {
         GROUP
     }
 
-    fn compute<const R: usize>(&self, o0: usize, o1: usize, xs: [&[BlockQ8x4]; R], out: &mut [[f32; R]]) {
+    fn compute<const R: usize>(
+        &self,
+        o0: usize,
+        o1: usize,
+        xs: [&[BlockQ8x4]; R],
+        out: &mut [[f32; R]],
+    ) {
         for (o, row) in (o0..o1).zip(out.iter_mut()) {
             *row = xs.map(|x| self.m.dot_scalar(o, x));
         }
@@ -199,7 +212,10 @@ impl RowKernel for Kernel<'_> {
     fn subtile(&self, job: &Job<Self>, o0: usize, o1: usize) {
         let m = self.m;
         for r in 0..job.n() {
-            assert!(job.row(r).len() >= m.bpr.div_ceil(4), "activation row too short");
+            assert!(
+                job.row(r).len() >= m.bpr.div_ceil(4),
+                "activation row too short"
+            );
         }
         for g in o0 / GROUP..o1.div_ceil(GROUP) {
             let cols = g * m.bpr..(g + 1) * m.bpr;

@@ -51,7 +51,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             max_seqs: 16,
-            prefill_chunk_tokens: 32,
+            prefill_chunk_tokens: 128,
             max_queue: 256,
             kv_block_size_tokens: 16,
             kv_budget: KvBudget::Bytes(1 << 30),
