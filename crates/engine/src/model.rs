@@ -27,6 +27,19 @@ use crate::ops::{rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, Rop
 use crate::tokenizer::Tokenizer;
 use crate::weights::{LayerWeights, Matrix, Weights};
 
+/// Most token rows one forward pass computes at once; larger steps are split (see
+/// `forward_multi_seq`). Prefill throughput is flat from here up (the kernels are
+/// compute-bound from a few dozen rows), while activations grow by ~34 KB per row.
+pub const MAX_STEP_ROWS: usize = 128;
+
+/// Vocabulary arrays dropped from the file's metadata once the tokenizer is built.
+const TOKENIZER_ARRAYS: [&str; 4] = [
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+];
+
 /// An immutable loaded model: file (memory-mapped), config, bound weights, tokenizer and the
 /// thread pool its kernels run on. Shared as `Arc<Model>`; KV state lives outside, in a
 /// [`KvCache`] owned by whoever schedules steps.
@@ -55,10 +68,15 @@ impl Model {
         Model::from_gguf(GgufFile::open(path)?, n_threads)
     }
 
-    pub fn from_gguf(file: GgufFile, n_threads: usize) -> Result<Model, EngineError> {
+    pub fn from_gguf(mut file: GgufFile, n_threads: usize) -> Result<Model, EngineError> {
         let config = ModelConfig::from_gguf(&file)?;
         let weights = Weights::bind(&file, &config)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
+        // The tokenizer holds its own copy of the vocabulary; the parsed arrays would cost
+        // ~30 MB of RSS for the life of the model (nothing reads them after this point).
+        for key in TOKENIZER_ARRAYS {
+            file.take(key);
+        }
         if tokenizer.vocab_size() > config.n_vocab {
             return Err(EngineError::BadMetadata {
                 key: "tokenizer.ggml.tokens".into(),
@@ -128,12 +146,51 @@ impl Model {
     /// Runs one step over every chunk (each a sequence's next tokens at its next positions)
     /// and returns, flat, one row of `vocab_size` logits per chunk with `want_logits`, in
     /// chunk order. Chunks must belong to distinct sequences (distinct blocks).
+    ///
+    /// A step of more than [`MAX_STEP_ROWS`] tokens runs as consecutive sub-steps (long
+    /// chunks split at that many tokens, logits only from a chunk's last piece): the same
+    /// numbers, since a sequence's logits do not depend on how its prompt is chunked, and
+    /// activation memory bounded by the sub-step instead of growing with the prompt.
     pub fn forward_multi_seq(
         &self,
         kv: &mut KvCache,
         chunks: &[SeqChunk],
     ) -> Result<Vec<f32>, EngineError> {
         self.validate(kv, chunks)?;
+        let mut logits = Vec::new();
+        let mut piece: Vec<SeqChunk> = Vec::new();
+        let mut rows = 0;
+        for c in chunks {
+            let mut done = 0;
+            while done < c.tokens.len() || (c.tokens.is_empty() && done == 0) {
+                let take = (c.tokens.len() - done).min(MAX_STEP_ROWS - rows);
+                let last = done + take == c.tokens.len();
+                piece.push(SeqChunk {
+                    tokens: &c.tokens[done..done + take],
+                    start_pos: c.start_pos + done,
+                    blocks: c.blocks,
+                    want_logits: c.want_logits && last,
+                });
+                rows += take;
+                done += take;
+                if rows == MAX_STEP_ROWS {
+                    logits.extend(self.forward_rows(kv, &piece));
+                    piece.clear();
+                    rows = 0;
+                }
+                if c.tokens.is_empty() {
+                    break;
+                }
+            }
+        }
+        if !piece.is_empty() {
+            logits.extend(self.forward_rows(kv, &piece));
+        }
+        Ok(logits)
+    }
+
+    /// One forward over at most [`MAX_STEP_ROWS`] validated rows.
+    fn forward_rows(&self, kv: &mut KvCache, chunks: &[SeqChunk]) -> Vec<f32> {
         let cfg = &self.config;
         let mut queries = Vec::new();
         let mut tokens = Vec::new();
@@ -148,7 +205,7 @@ impl Model {
         }
         let n = tokens.len();
         if n == 0 {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         let mut fresh = Scratch::default();
         let mut guard = self.scratch.try_lock().ok();
@@ -184,7 +241,7 @@ impl Model {
                 *l = (*l / cap).tanh() * cap;
             }
         }
-        Ok(logits)
+        logits
     }
 
     /// Checks every token id and block table before anything is computed or written.
@@ -237,9 +294,22 @@ impl Model {
         } else {
             1.0
         };
+        // With a tied head, read the rows from its repacked copy: the file's pages of the table
+        // were released after the repack, and faulting them back in for scattered token ids
+        // maps ~64 KB of file around each (the kernel's fault-around): ~30 MB of RSS for a
+        // 512-token prompt.
+        let tied = self
+            .head_rows8
+            .as_ref()
+            .filter(|_| self.weights.output.name == e.name);
         for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
             let t = t as usize;
-            ferrox_kernels::dequantize_row(e.ty, &table.data[t * rb..(t + 1) * rb], row);
+            match tied {
+                Some(head) => head.dequantize_row(t, row),
+                None => {
+                    ferrox_kernels::dequantize_row(e.ty, &table.data[t * rb..(t + 1) * rb], row)
+                }
+            }
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }

@@ -141,3 +141,17 @@ fn default_model_is_batch_and_chunk_invariant() {
     let ps = prompts(&[23, 5, 40], 262_000);
     check(&m, &ps, 3, &[7]);
 }
+
+/// A step of more rows than `MAX_STEP_ROWS` runs as sub-steps, one prompt split across two
+/// of them: the logits equal those of small chunks (which never split).
+#[test]
+fn steps_longer_than_the_row_limit_give_the_same_logits() {
+    use ferrox_engine::model::MAX_STEP_ROWS;
+    for arch in [Arch::Gemma3, Arch::Qwen2] {
+        let m =
+            synthetic::load(&SyntheticSpec::tiny(arch, 11).quantized(GgmlType::Q8_0), 2).unwrap();
+        let lens = [MAX_STEP_ROWS + 72, 90, 30];
+        assert!(lens.iter().sum::<usize>() > 2 * MAX_STEP_ROWS);
+        check(&m, &prompts(&lens, 320), 3, &[7]);
+    }
+}

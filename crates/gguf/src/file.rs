@@ -146,6 +146,20 @@ impl GgufFile {
         self.key_index.get(key).map(|&i| &self.metadata[i].1)
     }
 
+    /// Removes `key` from the metadata and returns its value. For the big arrays a consumer
+    /// has copied into its own form (a 262k-entry vocabulary takes ~30 MB as `Value`s), so
+    /// they do not stay resident for the life of the file.
+    pub fn take(&mut self, key: &str) -> Option<Value> {
+        let i = self.key_index.remove(key)?;
+        let (_, v) = self.metadata.remove(i);
+        for idx in self.key_index.values_mut() {
+            if *idx > i {
+                *idx -= 1;
+            }
+        }
+        Some(v)
+    }
+
     fn require(&self, key: &str) -> Result<&Value, GgufError> {
         self.get(key)
             .ok_or_else(|| GgufError::MissingKey(key.to_owned()))
