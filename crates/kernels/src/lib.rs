@@ -35,30 +35,36 @@
 //! weights and the f32 helpers they agree within float reassociation. Either way, one ISA is
 //! used for a whole process ([`Isa::best`]), so results never depend on the batch.
 //!
-//! # Performance notes (AMD EPYC Zen 3, 2 vCPUs, AVX2; measured while other builds shared
-//! the machine, so take the full-size numbers as lower bounds; re-measure with
-//! `cargo run -p ferrox-kernels --release --example bench_matmul [threads] [compute|head|quant|pool]`)
+//! # Performance notes (AMD EPYC Zen 3, 2 vCPUs, AVX2; 2026-11-30; re-measure with
+//! `cargo run -p ferrox-kernels --release --example bench_matmul [threads]
+//! [compute|one T N|head|head8 [ROWS]|layers|read|quant|pool]`)
 //!
-//! One thread, weights resident in L2, ns per 32 values × activation row (best of 200):
+//! Decode (n = 1) streams every weight from memory, and a thread's time is its compute PLUS
+//! its memory stalls (one thread on the Q8_0 head: 6.8 GB/s, where a plain read gives ~10
+//! and the kernel from cache ~22; 1/(1/10 + 1/22) ≈ 6.9). Hence, in order of effect:
+//! software prefetch 4 KB ahead of the weight stream (head 26.5 → 15 ms); one contiguous row
+//! range per thread instead of small tiles (each tile start was a cold stream; the default
+//! model's 18 layers 8.3 → 6.2 ms); and for the head, `Q8Rows8` (scales side by side, aligned
+//! lane-major quants: 17 → 10-11 ms for 178 MB, ~17 GB/s on two threads, about the
+//! machine's plain-read bandwidth).
 //!
-//! | type | n=1  | n=4  | n=16 | n=1 compute ceiling (bytes/ns per thread) |
-//! |------|------|------|------|------|
-//! | q8_0 | 1.55 | 1.19 | 1.19 | 21.9 GB/s |
-//! | q5_0 | 2.57 | 1.44 | 1.45 |  8.6 GB/s |
-//! | q4_0 | 1.75 | 1.26 | 1.29 | 10.3 GB/s |
-//! | q4_K | 1.55 | 0.80 | 0.80 | 11.6 GB/s |
-//! | q6_K | 1.63 | 0.90 | 0.90 | 16.1 GB/s |
+//! Prefill and batched decode are int8-compute-bound. One thread, weights in cache, ns per
+//! (32-value block, activation row):
 //!
-//! So at n=1 two threads out-run the ~16.5 GB/s memory bandwidth for q8_0, q4_K and q6_K
-//! (decode is bandwidth-bound, as intended); q5_0 is right at it. What got the kernels here:
-//! no horizontal reduction per 32-value block (FMA into eight lanes), several weight rows
-//! per kernel call at n=1 (one FMA chain alone is latency-bound: 2.2 → 1.55 ns), the row loop
-//! inside the `target_feature` function, K-quant scale vectors by one table-driven shuffle
-//! (q4_K n=1 2.1 → 1.55 ns), and AVX2 activation quantization (5.2 → 0.5-0.7 ns/value).
-//! Full size, 262144 × 640 q8_0 (178 MB), 2 threads, 2026-04 on the shared machine: n=1
-//! 5.0 GB/s while a plain 2-thread read of 178 MB gave 6.3 GB/s in the same minute (80%);
-//! n=16 is compute-bound (≈ 1.2 ns × 16 rows per block per thread). `ThreadPool::for_each`
-//! of tiny tasks: ~0.04 µs per call.
+//! | type | n=1 | n=4 | n=16 | n=64 |
+//! |------|-----|-----|------|------|
+//! | q8_0 (row-major / `gemm8`) | 1.55 | 1.24 | 1.23 / 0.95 | — / 0.91 |
+//! | q5_0 (row-major / `gemm8`) | 2.55 | 1.42 | 1.44 / 0.90 | 1.14 / 0.84 |
+//! | q4_0 (row-major / `gemm8`) | 1.82 | 1.27 | 1.30 / 1.13 | |
+//! | q4_K | 1.55 | 0.80 | 0.80 | |
+//! | q6_K | 1.63 | 0.90 | 0.90 | |
+//!
+//! `gemm8` (from 8 activation rows) decodes eight weight rows once into chunks whose lane `i`
+//! is row `i`, so a (block, row) costs broadcast + maddubs + madd + cvt + fma and no
+//! per-row scale work; the remaining limit is the int8 multiply throughput. Earlier wins: no
+//! horizontal reduction per block (FMA into eight lanes), several weight rows per call at
+//! n = 1, the row loop inside the `target_feature` function, table-driven K-quant scales, and
+//! AVX2 activation quantization. `ThreadPool::for_each` of tiny tasks: ~0.05 µs per call.
 
 mod attn;
 mod block;
