@@ -92,21 +92,7 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
         GROUP
     }
 
-    fn compute<const R: usize>(
-        &self,
-        o0: usize,
-        o1: usize,
-        xs: [&[BlockQ8x4]; R],
-        out: &mut [[f32; R]],
-    ) {
-        // Only `subtile` is used; this keeps the trait's contract (same results).
-        let w = &self.blocks[o0 * self.bpr..o1 * self.bpr];
-        for (o, row) in w.chunks_exact(self.bpr).zip(out.iter_mut()) {
-            *row = B::dot_scalar(o, xs);
-        }
-    }
-
-    fn subtile(&self, job: &Job<Self>, o0: usize, o1: usize) {
+    fn subtile(&self, job: &Job<BlockQ8x4>, o0: usize, o1: usize) {
         for x in (0..job.n()).map(|r| job.row(r)) {
             assert!(x.len() >= self.bpr.div_ceil(4), "activation row too short");
         }

@@ -393,8 +393,8 @@ fn run<W: WeightBlock>(
     run_kernel(pool, &kernel, acts, upr, n, out);
 }
 
-/// A weight matrix in some layout that computes dot products of a run of its rows with up
-/// to [`ROWS_PER_KERNEL`] activation rows. [`run_kernel`] spreads the work over the pool.
+/// A weight matrix in some layout that computes the dot products of a run of its rows with
+/// every activation row of a call. [`run_kernel`] spreads the runs over the pool.
 pub(crate) trait RowKernel: Sync {
     type Act: ActBlock + Sync;
     /// Output features.
@@ -405,32 +405,9 @@ pub(crate) trait RowKernel: Sync {
     fn row_align(&self) -> usize {
         1
     }
-    /// `out[k][i]` = the dot of weight row `o0 + k` with `xs[i]`, for `o0 + k < o1`.
-    fn compute<const R: usize>(
-        &self,
-        o0: usize,
-        o1: usize,
-        xs: [&[Self::Act]; R],
-        out: &mut [[f32; R]],
-    );
     /// Every activation row of `job` times weight rows `o0..o1` (a sub-tile this task owns),
-    /// written with [`Job::put`]. By default [`ROWS_PER_KERNEL`] activation rows at a time
-    /// through [`RowKernel::compute`].
-    #[inline(always)]
-    fn subtile(&self, job: &Job<Self>, o0: usize, o1: usize)
-    where
-        Self: Sized,
-    {
-        let mut r = 0;
-        while r < job.n {
-            r += match job.n - r {
-                1 => job.tile::<1>(o0, o1, r),
-                2 => job.tile::<2>(o0, o1, r),
-                3 => job.tile::<3>(o0, o1, r),
-                _ => job.tile::<ROWS_PER_KERNEL>(o0, o1, r),
-            };
-        }
-    }
+    /// written with [`Job::put`].
+    fn subtile(&self, job: &Job<Self::Act>, o0: usize, o1: usize);
 }
 
 /// A matrix in GGUF's row-major block layout.
@@ -450,16 +427,37 @@ impl<W: WeightBlock> RowKernel for BlockKernel<'_, W> {
     fn row_bytes(&self) -> usize {
         self.row_bytes
     }
+    /// [`ROWS_PER_KERNEL`] activation rows at a time through the multi-row kernels.
     #[inline(always)]
-    fn compute<const R: usize>(
-        &self,
-        o0: usize,
-        o1: usize,
-        xs: [&[W::Act]; R],
-        out: &mut [[f32; R]],
-    ) {
+    fn subtile(&self, job: &Job<W::Act>, o0: usize, o1: usize) {
+        let mut r = 0;
+        while r < job.n {
+            r += match job.n - r {
+                1 => self.tile::<1>(job, o0, o1, r),
+                2 => self.tile::<2>(job, o0, o1, r),
+                3 => self.tile::<3>(job, o0, o1, r),
+                _ => self.tile::<ROWS_PER_KERNEL>(job, o0, o1, r),
+            };
+        }
+    }
+}
+
+impl<W: WeightBlock> BlockKernel<'_, W> {
+    /// Computes the dots of activation rows `r..r + R` with weight rows `o0..o1`; returns `R`.
+    #[inline(always)]
+    fn tile<const R: usize>(&self, job: &Job<W::Act>, o0: usize, o1: usize, r: usize) -> usize {
+        let xs: [&[W::Act]; R] = std::array::from_fn(|i| job.row(r + i));
+        let mut res = [[0.0f32; R]; MAX_SUBTILE_ROWS];
+        let res = &mut res[..o1 - o0];
         let w = &self.blocks[o0 * self.bpr..o1 * self.bpr];
-        dot_rows_multi(self.isa, w, self.bpr, xs, out);
+        dot_rows_multi(self.isa, w, self.bpr, xs, res);
+        for (k, dots) in res.iter().enumerate() {
+            for (i, &v) in dots.iter().enumerate() {
+                // SAFETY: weight row `o0 + k` lies in the sub-tile this task claimed.
+                unsafe { job.put(r + i, o0 + k, v) };
+            }
+        }
+        R
     }
 }
 
@@ -491,7 +489,6 @@ pub(crate) fn run_kernel<K: RowKernel>(
     let n_sub = rows.div_ceil(sub_rows);
     let ranges = Ranges::new(n_sub, pool.n_threads());
     let job = Job {
-        kernel,
         acts,
         upr,
         n,
@@ -575,9 +572,8 @@ impl Ranges {
 }
 
 /// What every task of one `run_kernel` shares.
-pub(crate) struct Job<'a, K: RowKernel> {
-    kernel: &'a K,
-    acts: &'a [K::Act],
+pub(crate) struct Job<'a, A> {
+    acts: &'a [A],
     /// Activation units per row.
     upr: usize,
     /// Activation rows.
@@ -589,16 +585,16 @@ pub(crate) struct Job<'a, K: RowKernel> {
 
 // SAFETY: `out` is written at disjoint elements by the tasks (each weight row `o` belongs to
 // one task), and `for_each` returns only after all tasks finished.
-unsafe impl<K: RowKernel> Sync for Job<'_, K> {}
+unsafe impl<A: Sync> Sync for Job<'_, A> {}
 
-impl<K: RowKernel> Job<'_, K> {
+impl<A> Job<'_, A> {
     /// Activation rows.
     pub(crate) fn n(&self) -> usize {
         self.n
     }
 
     /// Activation row `r`.
-    pub(crate) fn row(&self, r: usize) -> &[K::Act] {
+    pub(crate) fn row(&self, r: usize) -> &[A] {
         &self.acts[r * self.upr..(r + 1) * self.upr]
     }
 
@@ -611,28 +607,6 @@ impl<K: RowKernel> Job<'_, K> {
         assert!(r < self.n && o < self.rows, "({r}, {o}) outside out");
         // SAFETY: inside `out` (n * rows, checked in `run_kernel`); the caller owns row `o`.
         unsafe { *self.out.add(r * self.rows + o) = v };
-    }
-
-    /// Computes `out[(r + i) * rows + o]` for `i < R` and every weight row `o` in `o0..o1`;
-    /// returns `R`.
-    #[inline(always)]
-    fn tile<const R: usize>(&self, o0: usize, o1: usize, r: usize) -> usize {
-        let upr = self.upr;
-        let xs: [&[K::Act]; R] =
-            std::array::from_fn(|i| &self.acts[(r + i) * upr..(r + i + 1) * upr]);
-        let n_sub = o1 - o0;
-        assert!(r + R <= self.n && o1 <= self.rows, "tile outside out");
-        let mut res = [[0.0f32; R]; MAX_SUBTILE_ROWS];
-        let res = &mut res[..n_sub];
-        self.kernel.compute(o0, o1, xs, res);
-        for (k, dots) in res.iter().enumerate() {
-            for (i, &v) in dots.iter().enumerate() {
-                // SAFETY: `(r + i, o0 + k)` is inside `out` (checked above against the
-                // n * rows of `run_kernel`) and written only by the task owning row `o0 + k`.
-                unsafe { *self.out.add((r + i) * self.rows + o0 + k) = v };
-            }
-        }
-        R
     }
 }
 

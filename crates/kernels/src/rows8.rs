@@ -197,19 +197,7 @@ impl RowKernel for Kernel<'_> {
         GROUP
     }
 
-    fn compute<const R: usize>(
-        &self,
-        o0: usize,
-        o1: usize,
-        xs: [&[BlockQ8x4]; R],
-        out: &mut [[f32; R]],
-    ) {
-        for (o, row) in (o0..o1).zip(out.iter_mut()) {
-            *row = xs.map(|x| self.m.dot_scalar(o, x));
-        }
-    }
-
-    fn subtile(&self, job: &Job<Self>, o0: usize, o1: usize) {
+    fn subtile(&self, job: &Job<BlockQ8x4>, o0: usize, o1: usize) {
         let m = self.m;
         for r in 0..job.n() {
             assert!(
