@@ -249,16 +249,31 @@ pub fn matmul_isa(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize,
     if ActKind::for_weights(w.ty) == ActKind::F32 {
         return dispatch(isa, pool, w, Input::F32(x), n, out);
     }
+    with_quantized(pool, w.ty, x, n, w.cols, |acts| {
+        dispatch(isa, pool, w, Input::Acts(acts), n, out)
+    })
+}
+
+/// Runs `f` on `x` (`n` rows of `cols` values) quantized for weights of type `ty`, in this
+/// thread's reusable buffer (a fresh one if the buffer is already in use on this thread, e.g.
+/// a matmul inside a pool task).
+pub(crate) fn with_quantized<R>(
+    pool: &ThreadPool,
+    ty: GgmlType,
+    x: &[f32],
+    n: usize,
+    cols: usize,
+    f: impl FnOnce(&Activations) -> R,
+) -> R {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut acts) => {
-            acts.quantize(pool, w.ty, x, n, w.cols);
-            dispatch(isa, pool, w, Input::Acts(&acts), n, out)
+            acts.quantize(pool, ty, x, n, cols);
+            f(&acts)
         }
-        // Re-entered on this thread (a matmul inside a pool task): use a fresh buffer.
         Err(_) => {
             let mut acts = Activations::new();
-            acts.quantize(pool, w.ty, x, n, w.cols);
-            dispatch(isa, pool, w, Input::Acts(&acts), n, out)
+            acts.quantize(pool, ty, x, n, cols);
+            f(&acts)
         }
     })
 }

@@ -22,7 +22,7 @@
 
 use crate::block::Isa;
 use crate::legacy::{add_block_scalar, finish, BlockQ8_0, BlockQ8x4, QK};
-use crate::matmul::{run_kernel, Activations, Job, RowKernel};
+use crate::matmul::{run_kernel, with_quantized, Job, RowKernel};
 use crate::pool::ThreadPool;
 use crate::GgmlType;
 
@@ -160,11 +160,11 @@ impl Q8Rows8 {
             n * self.rows,
             "out must hold n rows of rows values"
         );
-        let mut acts = Activations::new();
-        acts.quantize(pool, GgmlType::Q8_0, x, n, self.cols);
         let kernel = Kernel { m: self, isa };
-        let (units, upr) = acts.view::<BlockQ8x4>();
-        run_kernel(pool, &kernel, units, upr, n, out);
+        with_quantized(pool, GgmlType::Q8_0, x, n, self.cols, |acts| {
+            let (units, upr) = acts.view::<BlockQ8x4>();
+            run_kernel(pool, &kernel, units, upr, n, out);
+        });
     }
 
     /// The scalar reference: row `o` times `x`, block by block as `legacy` does it.
