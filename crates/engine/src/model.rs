@@ -161,8 +161,9 @@ impl Model {
         let mut piece: Vec<SeqChunk> = Vec::new();
         let mut rows = 0;
         for c in chunks {
+            // At least one piece per chunk (an empty chunk stays one, as before the split).
             let mut done = 0;
-            while done < c.tokens.len() || (c.tokens.is_empty() && done == 0) {
+            loop {
                 let take = (c.tokens.len() - done).min(MAX_STEP_ROWS - rows);
                 let last = done + take == c.tokens.len();
                 piece.push(SeqChunk {
@@ -178,7 +179,7 @@ impl Model {
                     piece.clear();
                     rows = 0;
                 }
-                if c.tokens.is_empty() {
+                if done == c.tokens.len() {
                     break;
                 }
             }
