@@ -156,8 +156,27 @@ impl Model {
         kv: &mut KvCache,
         chunks: &[SeqChunk],
     ) -> Result<Vec<f32>, EngineError> {
-        self.validate(kv, chunks)?;
         let mut logits = Vec::new();
+        self.forward_multi_seq_into(kv, chunks, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Self::forward_multi_seq`] into a caller's buffer, resized to fit: a decoder that
+    /// keeps one buffer across steps writes its logits (16 MB for 16 rows of Gemma 3's
+    /// vocabulary) into memory that is already mapped, instead of faulting in fresh pages
+    /// every step.
+    pub fn forward_multi_seq_into(
+        &self,
+        kv: &mut KvCache,
+        chunks: &[SeqChunk],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), EngineError> {
+        self.validate(kv, chunks)?;
+        let n_out = chunks.iter().filter(|c| c.want_logits).count();
+        // Every element is overwritten below, so a reused buffer is not zeroed again (resize
+        // only fills what it adds, or truncates).
+        logits.resize(n_out * self.config.n_vocab, 0.0);
+        let mut filled = 0;
         let mut piece: Vec<SeqChunk> = Vec::new();
         let mut rows = 0;
         for c in chunks {
@@ -175,7 +194,7 @@ impl Model {
                 rows += take;
                 done += take;
                 if rows == MAX_STEP_ROWS {
-                    logits.extend(self.forward_rows(kv, &piece));
+                    filled += self.forward_rows(kv, &piece, &mut logits[filled..]);
                     piece.clear();
                     rows = 0;
                 }
@@ -185,13 +204,15 @@ impl Model {
             }
         }
         if !piece.is_empty() {
-            logits.extend(self.forward_rows(kv, &piece));
+            filled += self.forward_rows(kv, &piece, &mut logits[filled..]);
         }
-        Ok(logits)
+        debug_assert_eq!(filled, logits.len());
+        Ok(())
     }
 
-    /// One forward over at most [`MAX_STEP_ROWS`] validated rows.
-    fn forward_rows(&self, kv: &mut KvCache, chunks: &[SeqChunk]) -> Vec<f32> {
+    /// One forward over at most [`MAX_STEP_ROWS`] validated rows; writes the logits rows at
+    /// the front of `out` and returns how many values it wrote.
+    fn forward_rows(&self, kv: &mut KvCache, chunks: &[SeqChunk], out: &mut [f32]) -> usize {
         let cfg = &self.config;
         let mut queries = Vec::new();
         let mut tokens = Vec::new();
@@ -206,7 +227,7 @@ impl Model {
         }
         let n = tokens.len();
         if n == 0 {
-            return Vec::new();
+            return 0;
         }
         let mut fresh = Scratch::default();
         let mut guard = self.scratch.try_lock().ok();
@@ -232,17 +253,17 @@ impl Model {
         }
         let n_out = last.len() / d;
         rms_norm_rows(&mut last, &self.weights.output_norm, cfg.rms_eps);
-        let mut logits = vec![0.0f32; n_out * cfg.n_vocab];
+        let logits = &mut out[..n_out * cfg.n_vocab];
         match &self.head_rows8 {
-            Some(head) => head.matmul(&self.pool, &last, n_out, &mut logits),
-            None => self.matmul(&self.weights.output, &last, n_out, &mut logits),
+            Some(head) => head.matmul(&self.pool, &last, n_out, logits),
+            None => self.matmul(&self.weights.output, &last, n_out, logits),
         }
         if let Some(cap) = cfg.final_logit_softcap {
             for l in logits.iter_mut() {
                 *l = (*l / cap).tanh() * cap;
             }
         }
-        logits
+        logits.len()
     }
 
     /// Checks every token id and block table before anything is computed or written.

@@ -21,6 +21,10 @@ fn argmax(x: &[f32]) -> u32 {
 /// Runs `prompts` with prefill chunks of `chunk` tokens, then `n_decode` greedy steps, all
 /// sequences sharing every step (`together`) or each alone. Returns every logits row seen
 /// per sequence (last prompt position, then each decode step).
+///
+/// Together, the logits go into one buffer reused across steps (as the scheduler's worker
+/// does), first filled with NaN and larger than a step needs; alone, each step gets a fresh
+/// one. The comparison thus also pins that a reused buffer leaves nothing stale behind.
 fn run(
     m: &Model,
     prompts: &[Vec<u32>],
@@ -32,6 +36,15 @@ fn run(
     let mut kv: KvCache = m.new_kv_cache(BS, prompts.len() * PER_SEQ as usize);
     let tables: Vec<Vec<u32>> = (0..prompts.len()).map(table).collect();
     let mut out = vec![Vec::new(); prompts.len()];
+    let mut reused = vec![f32::NAN; (prompts.len() + 3) * vocab];
+    let mut step_logits = |kv: &mut KvCache, chunks: &[SeqChunk]| -> Vec<f32> {
+        if together {
+            m.forward_multi_seq_into(kv, chunks, &mut reused).unwrap();
+            reused.clone()
+        } else {
+            m.forward_multi_seq(kv, chunks).unwrap()
+        }
+    };
     let groups: Vec<Vec<usize>> = if together {
         vec![(0..prompts.len()).collect()]
     } else {
@@ -59,7 +72,8 @@ fn run(
                     done[s] = end;
                 }
             }
-            let logits = m.forward_multi_seq(&mut kv, &chunks).unwrap();
+            let logits = step_logits(&mut kv, &chunks);
+            assert_eq!(logits.len(), who.len() * vocab);
             for (i, &s) in who.iter().enumerate() {
                 out[s].push(logits[i * vocab..(i + 1) * vocab].to_vec());
             }
@@ -79,7 +93,8 @@ fn run(
                     want_logits: true,
                 })
                 .collect();
-            let logits = m.forward_multi_seq(&mut kv, &chunks).unwrap();
+            let logits = step_logits(&mut kv, &chunks);
+            assert_eq!(logits.len(), group.len() * vocab);
             for (i, &s) in group.iter().enumerate() {
                 out[s].push(logits[i * vocab..(i + 1) * vocab].to_vec());
             }

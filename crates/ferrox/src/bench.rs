@@ -72,6 +72,7 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
     }
     let t_prefill = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
+    let mut logits = Vec::new();
     for step in 0..n_gen {
         let toks: Vec<[u32; 1]> = last.iter().map(|&t| [t]).collect();
         let chunks: Vec<SeqChunk> = tables
@@ -84,7 +85,8 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
                 want_logits: true,
             })
             .collect();
-        let logits = m.forward_multi_seq(&mut kv, &chunks).expect("decode");
+        m.forward_multi_seq_into(&mut kv, &chunks, &mut logits)
+            .expect("decode");
         let v = m.vocab_size();
         for (s, t) in last.iter_mut().enumerate() {
             // Greedy, as a temperature-0 request samples (the sampler's vectorized argmax).

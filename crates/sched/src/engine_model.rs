@@ -27,8 +27,13 @@ impl StepModel for Model {
         self.new_kv_cache(block_size_tokens, n_blocks)
     }
 
-    fn forward(&self, kv: &mut KvCache, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, EngineError> {
-        self.forward_multi_seq(kv, chunks)
+    fn forward(
+        &self,
+        kv: &mut KvCache,
+        chunks: &[SeqChunk<'_>],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), EngineError> {
+        self.forward_multi_seq_into(kv, chunks, logits)
     }
 
     fn is_eog(&self, id: u32) -> bool {

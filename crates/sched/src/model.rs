@@ -27,9 +27,15 @@ pub trait StepModel: Send + Sync + 'static {
     fn max_context(&self) -> usize;
     /// A cache of `n_blocks` blocks of `block_size_tokens` positions each, ids `0..n_blocks`.
     fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> Self::Kv;
-    /// One step over every chunk: writes each chunk's K/V into its blocks and returns one row
-    /// of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat.
-    fn forward(&self, kv: &mut Self::Kv, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, Self::Error>;
+    /// One step over every chunk: writes each chunk's K/V into its blocks and sets `logits` to
+    /// one row of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat. The
+    /// worker passes the same buffer every step (no fresh 16 MB allocation per step).
+    fn forward(
+        &self,
+        kv: &mut Self::Kv,
+        chunks: &[SeqChunk<'_>],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), Self::Error>;
     /// Whether `id` ends generation (EOS, end-of-turn): a stop token unless `ignore_eos`.
     fn is_eog(&self, id: u32) -> bool;
     /// Appends the bytes token `id` adds to the output text (possibly part of a UTF-8

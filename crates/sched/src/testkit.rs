@@ -142,8 +142,13 @@ impl StepModel for FakeModel {
         }
     }
 
-    fn forward(&self, kv: &mut FakeKv, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, String> {
-        let mut out = Vec::new();
+    fn forward(
+        &self,
+        kv: &mut FakeKv,
+        chunks: &[SeqChunk<'_>],
+        out: &mut Vec<f32>,
+    ) -> Result<(), String> {
+        out.clear();
         for c in chunks {
             if c.tokens.contains(&Self::POISON) {
                 panic!("fake model: poison token");
@@ -168,10 +173,10 @@ impl StepModel for FakeModel {
                         other => return Err(format!("position {pos} holds {other:?}")),
                     }
                 }
-                self.row(&seq, &mut out);
+                self.row(&seq, out);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn is_eog(&self, id: u32) -> bool {
@@ -293,7 +298,12 @@ impl<M: StepModel> StepModel for Probe<M> {
         self.inner.new_kv(block_size_tokens, n_blocks)
     }
 
-    fn forward(&self, kv: &mut M::Kv, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, M::Error> {
+    fn forward(
+        &self,
+        kv: &mut M::Kv,
+        chunks: &[SeqChunk<'_>],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), M::Error> {
         if let Some((m, cv)) = &self.gate {
             let mut g = m.lock().unwrap();
             while !g.open && g.permits == 0 {
@@ -317,7 +327,7 @@ impl<M: StepModel> StepModel for Probe<M> {
                 })
                 .collect(),
         );
-        self.inner.forward(kv, chunks)
+        self.inner.forward(kv, chunks, logits)
     }
 
     fn is_eog(&self, id: u32) -> bool {

@@ -78,7 +78,9 @@ pub(crate) struct Worker<M: StepModel> {
     last_prefilled: Option<RequestId>,
     stats: WorkerStats,
     shared: Arc<Shared>,
-    /// Scratch reused every step: raw logits of one row, and one token's bytes.
+    /// Scratch reused every step: the step's logits, raw logits of one row, and one token's
+    /// bytes.
+    logits: Vec<f32>,
     raw_logits: Vec<f32>,
     token_bytes: Vec<u8>,
     last_log: (Instant, u64),
@@ -112,6 +114,7 @@ impl<M: StepModel> Worker<M> {
             last_prefilled: None,
             stats,
             shared,
+            logits: Vec::new(),
             raw_logits: Vec::new(),
             token_bytes: Vec::new(),
             last_log: (Instant::now(), 0),
@@ -233,31 +236,34 @@ impl<M: StepModel> Worker<M> {
             .iter()
             .map(|&(id, n)| self.rows[&id].next_chunk(n))
             .collect();
-        let result = self.model.forward(&mut self.kv, &chunks);
+        let mut logits = std::mem::take(&mut self.logits);
+        let result = self.model.forward(&mut self.kv, &chunks, &mut logits);
         drop(chunks);
         self.stats.steps += 1;
         if let Some((id, _)) = plan.prefill {
             self.last_prefilled = Some(id);
         }
         let vocab = self.limits.vocab_size;
-        let logits = match result {
-            Ok(l) if l.len() == plan.sampled.len() * vocab => l,
-            Ok(l) => {
+        match result {
+            Ok(()) if logits.len() == plan.sampled.len() * vocab => {
+                self.deliver(&plan, &mut logits)
+            }
+            Ok(()) => {
                 let rows = plan.sampled.len();
                 let msg = format!(
                     "model returned {} logits for {rows} rows of {vocab}",
-                    l.len()
+                    logits.len()
                 );
-                return self.fail_rows(&plan, &msg);
+                self.fail_rows(&plan, &msg);
             }
-            Err(e) => return self.fail_rows(&plan, &format!("forward failed: {e}")),
-        };
-        self.deliver(&plan, logits);
+            Err(e) => self.fail_rows(&plan, &format!("forward failed: {e}")),
+        }
+        self.logits = logits;
     }
 
     /// After a forward: records the written positions, samples every row that got logits,
     /// sends its token, and retires the rows that finished.
-    fn deliver(&mut self, plan: &StepPlan, mut logits: Vec<f32>) {
+    fn deliver(&mut self, plan: &StepPlan, logits: &mut [f32]) {
         for &(id, n) in &plan.chunks {
             self.rows
                 .get_mut(&id)

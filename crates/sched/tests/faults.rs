@@ -98,8 +98,13 @@ impl StepModel for NoKv {
     fn new_kv(&self, _: usize, _: usize) -> FakeKv {
         panic!("no memory for the KV cache");
     }
-    fn forward(&self, kv: &mut FakeKv, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, String> {
-        self.0.forward(kv, chunks)
+    fn forward(
+        &self,
+        kv: &mut FakeKv,
+        chunks: &[SeqChunk<'_>],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), String> {
+        self.0.forward(kv, chunks, logits)
     }
     fn is_eog(&self, id: u32) -> bool {
         self.0.is_eog(id)
