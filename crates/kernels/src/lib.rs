@@ -61,7 +61,15 @@
 //!
 //! `gemm8` (from 8 activation rows) decodes eight weight rows once into chunks whose lane `i`
 //! is row `i`, so a (block, row) costs broadcast + maddubs + madd + cvt + fma and no
-//! per-row scale work; the remaining limit is the int8 multiply throughput. Earlier wins: no
+//! per-row scale work; the remaining limit is the int8 multiply throughput. On Zen 3,
+//! `maddubs`/`madd` share two pipes, `sign`/`abs`/`fma` two others that overlap them, and
+//! `cvt` a third pair, so fewer float steps pay: the repacked head (`Q8Rows8`) sums a
+//! block's eight chunks in i32 and takes one float step per block with four activation
+//! rows per pass (2 threads, 262144 x 640 at n = 16: ~0.54 of the file-layout kernel's time,
+//! ~0.70 before). The same order for the layers' formats (tried, not kept; see
+//! docs/PERFORMANCE.md) gave q5_0 at n = 16 -15 % but moved the layers' numbers enough to
+//! flip the golden "haiku" continuation, whose logit gap is 0.30 here against llama.cpp's
+//! 0.59. Earlier wins: no
 //! horizontal reduction per block (FMA into eight lanes), several weight rows per call at
 //! n = 1, the row loop inside the `target_feature` function, table-driven K-quant scales, and
 //! AVX2 activation quantization. `ThreadPool::for_each` of tiny tasks: ~0.05 µs per call.
