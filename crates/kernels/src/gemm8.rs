@@ -133,6 +133,10 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
         let (mut d_bits, mut m_bits) = ([0u16; GROUP], [0u16; GROUP]);
         for i in 0..h {
             let b = &rows[i * bpr + j];
+            // The group's rows are contiguous, and so are a thread's groups: 4 KB ahead of
+            // each block is the next groups' weights, which the hardware prefetcher (eight
+            // interleaved streams) fetches too late.
+            prefetch_ahead((b as *const B).cast(), size_of::<B>());
             // SAFETY: AVX2 is enabled in this function.
             v[i] = unsafe { b.load_q() };
             d_bits[i] = u16::from_le_bytes(b.d_bits());
