@@ -235,35 +235,14 @@ impl RowKernel for Kernel<'_> {
                     unsafe { job.put(r, g * GROUP + i, v) };
                 }
             };
-            let mut r = 0;
             #[cfg(target_arch = "x86_64")]
             if self.isa.is_avx2() {
-                // Four activation rows per pass, then two, then one; the first pass streams
-                // the group from memory (prefetch), the later ones find it in L1.
-                // SAFETY (all calls): an Avx2 `Isa` exists only if the CPU has AVX2, FMA and
-                // F16C; every row covers every block column (checked above).
-                while r + 4 <= job.n() {
-                    let xs = [job.row(r), job.row(r + 1), job.row(r + 2), job.row(r + 3)];
-                    let res = unsafe { avx2::dot_group::<4>(chunks, scales, xs, r == 0) };
-                    for (i, v) in res.into_iter().enumerate() {
-                        put(r + i, v);
-                    }
-                    r += 4;
-                }
-                if r + 2 <= job.n() {
-                    let xs = [job.row(r), job.row(r + 1)];
-                    let [v0, v1] = unsafe { avx2::dot_group::<2>(chunks, scales, xs, r == 0) };
-                    put(r, v0);
-                    put(r + 1, v1);
-                    r += 2;
-                }
-                if r < job.n() {
-                    let [v] = unsafe { avx2::dot_group::<1>(chunks, scales, [job.row(r)], r == 0) };
-                    put(r, v);
-                    r += 1;
-                }
+                // SAFETY: an Avx2 `Isa` exists only if the CPU has AVX2, FMA and F16C; every
+                // row covers every block column (checked above).
+                unsafe { avx2::dot_rows(chunks, scales, job, put) };
+                continue;
             }
-            for r in r..job.n() {
+            for r in 0..job.n() {
                 put(
                     r,
                     std::array::from_fn(|i| m.dot_scalar(g * GROUP + i, job.row(r))),
@@ -278,7 +257,50 @@ mod avx2 {
     use super::{Chunks, GROUP};
     use crate::block::prefetch_ahead;
     use crate::legacy::BlockQ8x4;
+    use crate::matmul::Job;
     use std::arch::x86_64::*;
+
+    /// [`dot_group`] over every activation row of `job`: four rows per pass, then two, then
+    /// one; `put(r, dots)` receives row `r`'s eight dots. The first pass streams the group
+    /// from memory (prefetch), the later ones find it in L1.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; every row of `job` covers every block column.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows(
+        chunks: &[Chunks],
+        scales: &[[u16; GROUP]],
+        job: &Job<BlockQ8x4>,
+        put: impl Fn(usize, [f32; GROUP]),
+    ) {
+        let mut r = 0;
+        while r < job.n() {
+            r += match job.n() - r {
+                // SAFETY (all three): as the caller promised.
+                4.. => unsafe { pass::<4>(chunks, scales, job, r, &put) },
+                2..4 => unsafe { pass::<2>(chunks, scales, job, r, &put) },
+                _ => unsafe { pass::<1>(chunks, scales, job, r, &put) },
+            };
+        }
+    }
+
+    /// Activation rows `r..r + R` through [`dot_group`]; returns `R`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn pass<const R: usize>(
+        chunks: &[Chunks],
+        scales: &[[u16; GROUP]],
+        job: &Job<BlockQ8x4>,
+        r: usize,
+        put: &impl Fn(usize, [f32; GROUP]),
+    ) -> usize {
+        let xs = std::array::from_fn(|i| job.row(r + i));
+        // SAFETY: as the caller promised.
+        let res = unsafe { dot_group::<R>(chunks, scales, xs, r == 0) };
+        for (i, v) in res.into_iter().enumerate() {
+            put(r + i, v);
+        }
+        R
+    }
 
     /// The eight dots of a group (`chunks` and f16 `scales` per block column) with each of
     /// the `R` activation rows `xs`, in [`super::Q8Rows8::dot_scalar`]'s order: per block
