@@ -211,6 +211,10 @@ pub(crate) unsafe fn dot8<B: LegacyAvx2, S: Scales8 + ?Sized>(
 ) -> [f32; GROUP] {
     let bpr = chunks.len();
     assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
+    assert!(
+        B::M == MTerm::Zero || m.len() == bpr,
+        "one m row per block column"
+    );
     let ones = _mm256_set1_epi16(1);
     // Lane k of every row: acc[k] holds it for the eight rows.
     let mut acc = [_mm256_setzero_ps(); 8];
@@ -241,18 +245,27 @@ pub(crate) unsafe fn dot8<B: LegacyAvx2, S: Scales8 + ?Sized>(
         }
     }
     // The m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
+    // (Four block columns per step, so that `kk` is a constant and the four sums stay in
+    // registers; a dynamic `j % 4` index kept them in memory.)
     let mut accm = [_mm256_setzero_ps(); 4];
     if B::M != MTerm::Zero {
-        for j in 0..bpr {
-            let sx = x[j / 4].s[j % 4];
-            // SAFETY: 8 readable floats.
-            let m = unsafe { _mm256_loadu_ps(m[j].as_ptr()) };
-            accm[j % 4] = _mm256_add_ps(accm[j % 4], _mm256_mul_ps(m, _mm256_set1_ps(sx)));
+        for (u, mg) in x.iter().zip(m.chunks(4)) {
+            for (kk, mj) in mg.iter().enumerate() {
+                // SAFETY: 8 readable floats.
+                let mv = unsafe { _mm256_loadu_ps(mj.as_ptr()) };
+                accm[kk] = _mm256_add_ps(accm[kk], _mm256_mul_ps(mv, _mm256_set1_ps(u.s[kk])));
+            }
         }
     }
     // `legacy::finish`, eight rows at once: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus
-    // (m0+m1)+(m2+m3) for the formats with an m term.
-    let t: [__m256; 4] = std::array::from_fn(|k| _mm256_add_ps(acc[k], acc[k + 4]));
+    // (m0+m1)+(m2+m3) for the formats with an m term. (No `array::from_fn`: its closure
+    // would not be inlined in this function.)
+    let t = [
+        _mm256_add_ps(acc[0], acc[4]),
+        _mm256_add_ps(acc[1], acc[5]),
+        _mm256_add_ps(acc[2], acc[6]),
+        _mm256_add_ps(acc[3], acc[7]),
+    ];
     let mut r = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
     if B::M != MTerm::Zero {
         let rm = _mm256_add_ps(

@@ -293,7 +293,11 @@ mod avx2 {
         r: usize,
         put: &impl Fn(usize, [f32; GROUP]),
     ) -> usize {
-        let xs = std::array::from_fn(|i| job.row(r + i));
+        // (A loop, not `array::from_fn`: its closure would not be inlined here.)
+        let mut xs = [job.row(r); R];
+        for (i, x) in xs.iter_mut().enumerate().skip(1) {
+            *x = job.row(r + i);
+        }
         // SAFETY: as the caller promised.
         let res = unsafe { dot_group::<R>(chunks, scales, xs, r == 0) };
         for (i, v) in res.into_iter().enumerate() {
