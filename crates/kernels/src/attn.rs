@@ -214,8 +214,15 @@ mod avx2 {
             assert!(k.len() >= d);
         }
         let d8 = d / 8 * 8;
-        let qp: [*const f32; R] = std::array::from_fn(|r| q[r * d..].as_ptr());
-        let kp = keys.map(|k| k.as_ptr());
+        // (Loops, not `array::from_fn` / `map`: their closures would not be inlined here.)
+        let mut qp = [q.as_ptr(); R];
+        for (r, p) in qp.iter_mut().enumerate() {
+            *p = q[r * d..].as_ptr();
+        }
+        let mut kp = [keys[0].as_ptr(); K];
+        for (p, k) in kp.iter_mut().zip(keys) {
+            *p = k.as_ptr();
+        }
         let mut acc = [[_mm256_setzero_ps(); R]; K];
         let mut i = 0;
         while i < d8 {
@@ -286,8 +293,14 @@ mod avx2 {
             assert!(v.len() >= d);
         }
         let d16 = d / 16 * 16;
-        let ap: [*mut f32; R] = std::array::from_fn(|r| acc[r * d..].as_mut_ptr());
-        let pp: [*const f32; R] = std::array::from_fn(|r| p[r * n..].as_ptr());
+        let mut ap = [acc.as_mut_ptr(); R];
+        for (r, a) in ap.iter_mut().enumerate() {
+            *a = acc[r * d..].as_mut_ptr();
+        }
+        let mut pp = [p.as_ptr(); R];
+        for (r, q) in pp.iter_mut().enumerate() {
+            *q = p[r * n..].as_ptr();
+        }
         let mut i = 0;
         while i < d16 {
             // SAFETY: i + 16 <= d; acc has R rows of d, p has R rows of n, every value row

@@ -157,6 +157,12 @@ pub trait WeightBlock: Block {
     /// input; rounding choices need not match ggml's quantizer.
     fn quantize(src: &[f32], out: &mut [Self]);
 
+    /// The multi-row kernels take eight activation rows per call (from eight on) instead of
+    /// four: worth it where decoding the weights costs much and is shared by the rows
+    /// (Q6_K at n = 16: ~0.79 -> ~0.64 ns per 32 values and row; Q4_K got slower, 0.69 ->
+    /// 0.75, its decode is cheap and eight rows' sums spill registers).
+    const WIDE: bool = false;
+
     /// Portable reference: `R` dot products of the weight row `w` with activation rows `xs`.
     fn dot_scalar<const R: usize>(w: &[Self], xs: [&[Self::Act]; R]) -> [f32; R];
 

@@ -75,6 +75,18 @@ pub unsafe fn dot<B: KAvx2, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f
     unsafe { B::dot_impl(w, xs) }
 }
 
+/// Super-block `i` of each activation row. (A loop in a function with the kernels' target
+/// features: an `array::from_fn` closure would not be inlined into them.)
+#[inline]
+#[target_feature(enable = "avx2")]
+fn units<'a, const R: usize>(xs: &[&'a [BlockQ8K]; R], i: usize) -> [&'a BlockQ8K; R] {
+    let mut x = [&xs[0][i]; R];
+    for (r, u) in x.iter_mut().enumerate().skip(1) {
+        *u = &xs[r][i];
+    }
+    x
+}
+
 /// Horizontal sums of two i32 vectors: `(Σa, Σb)`.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -246,7 +258,7 @@ impl KAvx2 for BlockQ4K {
         for (i, b) in w.iter().enumerate() {
             prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             let (sc, mins) = scales_k4(&b.scales);
-            let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
+            let x = units(&xs, i);
             let mut ai = [_mm256_setzero_si256(); R];
             for j in 0..4 {
                 let q = load32u(&b.qs[32 * j..]);
@@ -275,7 +287,7 @@ impl KAvx2 for BlockQ5K {
         for (i, b) in w.iter().enumerate() {
             prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
             let (sc, mins) = scales_k4(&b.scales);
-            let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
+            let x = units(&xs, i);
             let qh = load32u(&b.qh);
             let mut ai = [_mm256_setzero_si256(); R];
             for j in 0..4 {
@@ -311,7 +323,7 @@ impl KAvx2 for BlockQ6K {
             // SAFETY: 16 readable bytes.
             let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
             let sc = Scales16::new(sc16);
-            let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
+            let x = units(&xs, i);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {
                 let ql0 = load32u(&b.ql[64 * n..]);
@@ -366,7 +378,7 @@ impl KAvx2 for BlockQ2K {
             )));
             let mins =
                 _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
-            let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
+            let x = units(&xs, i);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {
                 let qb = load32u(&b.qs[32 * n..]);
@@ -399,7 +411,7 @@ impl KAvx2 for BlockQ3K {
             // SAFETY: 16 readable bytes.
             let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
             let sc = Scales16::new(sc16);
-            let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][i]);
+            let x = units(&xs, i);
             let hm = load32u(&b.hmask);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {

@@ -332,8 +332,7 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
     }
 }
 
-/// Activation rows processed together by one kernel call.
-/// Activation rows processed together by one kernel call.
+/// Activation rows processed together by one kernel call (eight for `WeightBlock::WIDE`).
 const ROWS_PER_KERNEL: usize = 4;
 /// Target bytes of a weight sub-tile (kept in L1/L2 while the activation groups pass over it).
 const SUBTILE_BYTES: usize = 32 * 1024;
@@ -451,6 +450,7 @@ impl<W: WeightBlock> RowKernel for BlockKernel<'_, W> {
                 1 => self.tile::<1>(job, o0, o1, r),
                 2 => self.tile::<2>(job, o0, o1, r),
                 3 => self.tile::<3>(job, o0, o1, r),
+                8.. if W::WIDE => self.tile::<8>(job, o0, o1, r),
                 _ => self.tile::<ROWS_PER_KERNEL>(job, o0, o1, r),
             };
         }

@@ -75,7 +75,12 @@ pub unsafe fn quantize32(x: &[f32; 32]) -> (f32, [i8; 32], i32) {
     ];
     let d = amax_ps(&v) / 127.0;
     let id = _mm256_set1_ps(inv_or_zero(d));
-    let q = v.map(|x| quant8(x, id));
+    let q = [
+        quant8(v[0], id),
+        quant8(v[1], id),
+        quant8(v[2], id),
+        quant8(v[3], id),
+    ];
     let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     let mut qs = [0i8; 32];
     // SAFETY: 32 writable bytes.
@@ -89,14 +94,23 @@ pub unsafe fn quantize32(x: &[f32; 32]) -> (f32, [i8; 32], i32) {
 /// AVX2 must be available.
 #[target_feature(enable = "avx2")]
 pub unsafe fn quantize_q8k(x: &[f32; 256], out: &mut BlockQ8K) {
-    let v: [__m256; 32] = std::array::from_fn(|i| load8(&x[8 * i..]));
+    // (Loops, not `array::from_fn`: its closures would not be inlined here.)
+    let mut v = [_mm256_setzero_ps(); 32];
+    for (i, vi) in v.iter_mut().enumerate() {
+        *vi = load8(&x[8 * i..]);
+    }
     let d = amax_ps(&v) / 127.0;
     let id = _mm256_set1_ps(inv_or_zero(d));
     out.d = d;
     // Group sums: group g (16 values) is vectors 2g and 2g+1.
     let mut groups = [_mm256_setzero_si256(); 16];
     for c in 0..8 {
-        let q: [__m256i; 4] = std::array::from_fn(|k| quant8(v[4 * c + k], id));
+        let q = [
+            quant8(v[4 * c], id),
+            quant8(v[4 * c + 1], id),
+            quant8(v[4 * c + 2], id),
+            quant8(v[4 * c + 3], id),
+        ];
         groups[2 * c] = _mm256_add_epi32(q[0], q[1]);
         groups[2 * c + 1] = _mm256_add_epi32(q[2], q[3]);
         // SAFETY: 32 writable bytes at offset 32c of the 256.
