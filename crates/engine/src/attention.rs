@@ -40,7 +40,9 @@
 
 use std::cell::RefCell;
 
-use ferrox_kernels::{attn_accumulate_f16, attn_scores_f16, exp_f32, exp_shift_sum, ThreadPool};
+use ferrox_kernels::{
+    attn_accumulate_f16, attn_scores_f16, exp_f32, exp_shift_sum, prefetch_span, ThreadPool,
+};
 use half::f16;
 
 use crate::kv::{BlockId, KvCache};
@@ -184,6 +186,14 @@ fn attend_tile(
             let (k, v) = kv.rows(kv.offset(shape.layer, first.blocks, p));
             k_rows[p - b_start] = &k[g * hd..(g + 1) * hd];
             v_rows[p - b_start] = &v[g * hd..(g + 1) * hd];
+        }
+        // The next key block's rows, fetched while this one computes: a decode step reads
+        // every sequence's whole K/V (tens of MB at 16 sequences), scattered over KV blocks
+        // that the hardware prefetcher picks up late (perf: the key loads were the hot spot).
+        for p in (b_start + KEY_BLOCK).max(lo_first)..(b_start + 2 * KEY_BLOCK).min(last.pos + 1) {
+            let (k, v) = kv.rows(kv.offset(shape.layer, first.blocks, p));
+            prefetch_span(k[g * hd..].as_ptr().cast(), hd * size_of::<f16>());
+            prefetch_span(v[g * hd..].as_ptr().cast(), hd * size_of::<f16>());
         }
         for (i, r) in tile.clone().enumerate() {
             let pos = queries[r].pos;

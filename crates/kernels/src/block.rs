@@ -294,15 +294,20 @@ pub const PREFETCH_DISTANCE: usize = 4096;
 /// Prefetching never faults, so the address may lie past the end of the weights.
 #[inline(always)]
 pub fn prefetch_ahead(p: *const u8, span: usize) {
+    prefetch_span(p.wrapping_add(PREFETCH_DISTANCE), span);
+}
+
+/// Hints the cache lines of the `span` bytes from `p` (a no-op off x86-64). Never faults.
+#[inline(always)]
+pub fn prefetch_span(p: *const u8, span: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let q = p.wrapping_add(PREFETCH_DISTANCE);
         // Lines touched by `span` bytes starting anywhere: one more than span / 64.
         let mut off = 0;
         while off <= span {
             // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off).cast()) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
             off += 64;
         }
     }

@@ -96,7 +96,8 @@ pub use attn::{
     exp_shift_sum, exp_shift_sum_isa, gelu_tanh_mul, gelu_tanh_mul_isa, silu_mul, silu_mul_isa,
 };
 pub use block::{
-    as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, vec_dot, ActBlock, Block, Isa, WeightBlock,
+    as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, prefetch_span, vec_dot, ActBlock, Block,
+    Isa, WeightBlock,
 };
 pub use ferrox_gguf::GgmlType;
 pub use float::{
