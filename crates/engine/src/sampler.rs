@@ -436,11 +436,45 @@ fn weigh(
     chunk_sums.iter().sum()
 }
 
-/// Index of the largest logit; NaN never wins, the lowest id wins ties. A vectorized max,
-/// then a scan for its first occurrence (which usually stops early).
+/// Index of the largest logit; NaN never wins, the lowest id wins ties (with no finite or
+/// +inf logit: the first -inf, else 0).
+///
+/// One pass in `LANES` independent lanes, each keeping its largest value and the first chunk
+/// where it saw it (a strict `>`, so it vectorizes as compare + blend); then the lowest index
+/// among the lanes holding the overall maximum. A greedy step runs this over every row's
+/// 262,144 logits on the scheduler's thread; a vectorized max followed by a scalar scan for
+/// its first occurrence (the earlier version) took about three times as long.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let max = max_logit(logits);
-    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut at = [0u32; LANES];
+    let mut chunks = logits.chunks_exact(LANES);
+    for (i, c) in (&mut chunks).enumerate() {
+        for j in 0..LANES {
+            let gt = c[j] > m[j];
+            m[j] = if gt { c[j] } else { m[j] };
+            at[j] = if gt { i as u32 } else { at[j] };
+        }
+    }
+    let mut best: Option<(f32, usize)> = None;
+    for j in 0..LANES {
+        let i = at[j] as usize * LANES + j;
+        if m[j] > f32::NEG_INFINITY && best.is_none_or(|(v, b)| m[j] > v || (m[j] == v && i < b)) {
+            best = Some((m[j], i));
+        }
+    }
+    let tail = logits.len() - chunks.remainder().len();
+    for (k, &v) in chunks.remainder().iter().enumerate() {
+        if best.is_none_or(|(b, _)| v > b) && v > f32::NEG_INFINITY {
+            best = Some((v, tail + k));
+        }
+    }
+    match best {
+        Some((_, i)) => i as u32,
+        None => logits
+            .iter()
+            .position(|&l| l == f32::NEG_INFINITY)
+            .unwrap_or(0) as u32,
+    }
 }
 
 /// Descending by value, then ascending by id: a total order, so selection is reproducible.
@@ -635,6 +669,39 @@ mod tests {
         let mut l = vec![0.0, 3.0, -1.0, 3.0, f32::NAN];
         assert_eq!(s.sample(&mut l, &[]), 1);
         assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+    }
+
+    #[test]
+    fn argmax_is_the_first_largest_and_ignores_nan() {
+        let reference = |l: &[f32]| -> u32 {
+            let max = l
+                .iter()
+                .copied()
+                .filter(|v| !v.is_nan())
+                .fold(f32::NEG_INFINITY, f32::max);
+            l.iter().position(|&v| v == max).unwrap_or(0) as u32
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for len in [0usize, 1, 7, 8, 9, 17, 64, 1000, 1003] {
+            for case in 0..6 {
+                let mut l = random_logits(&mut rng, len);
+                if len > 2 {
+                    // Ties (first wins), NaN, -inf and +inf in various lanes and the tail.
+                    match case {
+                        1 => (l[len / 2], l[len - 1]) = (99.0, 99.0),
+                        2 => l.iter_mut().step_by(3).for_each(|v| *v = f32::NAN),
+                        3 => l.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
+                        4 => (l[1], l[len - 1]) = (f32::INFINITY, f32::INFINITY),
+                        5 => {
+                            l.iter_mut().for_each(|v| *v = f32::NAN);
+                            l[len - 1] = f32::NEG_INFINITY;
+                        }
+                        _ => {}
+                    }
+                }
+                assert_eq!(argmax(&l), reference(&l), "len {len} case {case}");
+            }
+        }
     }
 
     #[test]
