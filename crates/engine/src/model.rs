@@ -121,6 +121,11 @@ impl Model {
         &self.file
     }
 
+    /// The threads the forward runs on (callers may run other per-step work on them).
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
+    }
+
     pub fn kv_shape(&self) -> KvShape {
         self.config.kv_shape()
     }

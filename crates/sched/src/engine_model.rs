@@ -36,6 +36,10 @@ impl StepModel for Model {
         self.forward_multi_seq_into(kv, chunks, logits)
     }
 
+    fn run_parallel(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.pool().for_each(n, f);
+    }
+
     fn is_eog(&self, id: u32) -> bool {
         self.tokenizer().is_eog(id)
     }

@@ -36,6 +36,12 @@ pub trait StepModel: Send + Sync + 'static {
         chunks: &[SeqChunk<'_>],
         logits: &mut Vec<f32>,
     ) -> Result<(), Self::Error>;
+    /// Runs `f(0)`, ..., `f(n - 1)` on the model's threads (the worker samples a step's rows
+    /// this way) and returns when all are done; a panic in one is re-raised here. The
+    /// default runs them in order on the calling thread.
+    fn run_parallel(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        (0..n).for_each(f);
+    }
     /// Whether `id` ends generation (EOS, end-of-turn): a stop token unless `ignore_eos`.
     fn is_eog(&self, id: u32) -> bool;
     /// Appends the bytes token `id` adds to the output text (possibly part of a UTF-8

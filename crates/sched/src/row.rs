@@ -11,8 +11,10 @@
 //! matcher or `max_tokens` ends the row. Everything a request owns lives here, so retiring a
 //! row (dropping it) releases its blocks through the lease.
 
+use std::cell::RefCell;
+
 use ferrox_engine::kv::SeqChunk;
-use ferrox_engine::sampler::{logprobs, Sampler};
+use ferrox_engine::sampler::{logprobs, Sampler, TokenLogprobs};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::blocks::KvLease;
@@ -37,6 +39,17 @@ pub(crate) struct Row {
     text: String,
     events: UnboundedSender<Event>,
     lease: KvLease,
+}
+
+/// A row's draw in one step ([`Row::sample`]).
+pub(crate) struct Sampled {
+    id: u32,
+    logprobs: Option<TokenLogprobs>,
+}
+
+thread_local! {
+    /// The unmodified logits of the row being sampled on this thread, for its logprobs.
+    static RAW_LOGITS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// How a row ended, decided while accepting a token.
@@ -115,21 +128,35 @@ impl Row {
         self.tokens.len() - self.prompt_tokens
     }
 
-    /// Samples the next token from this row's logits, runs it through the stop matcher and
-    /// sends its event. Returns how the row ends, if it does. `raw` is scratch for a copy of
-    /// the unmodified logits when logprobs are wanted (sampling changes the row in place).
-    pub(crate) fn accept<M: StepModel>(
-        &mut self,
-        logits: &mut [f32],
-        model: &M,
-        raw: &mut Vec<f32>,
-        bytes: &mut Vec<u8>,
-    ) -> Option<Finish> {
-        if self.logprobs.is_some() {
+    /// Phase one of a step's delivery: draws this row's next token from its logits (and its
+    /// log-probabilities, when wanted, from a copy of the unmodified row: sampling changes
+    /// the row in place). Touches only this row, so a step's rows run it in parallel.
+    pub(crate) fn sample(&mut self, logits: &mut [f32]) -> Sampled {
+        let Some(n) = self.logprobs else {
+            let id = self.sampler.sample(logits, &self.tokens);
+            return Sampled { id, logprobs: None };
+        };
+        RAW_LOGITS.with(|raw| {
+            let mut raw = raw.borrow_mut();
             raw.clear();
             raw.extend_from_slice(logits);
-        }
-        let id = self.sampler.sample(logits, &self.tokens);
+            let id = self.sampler.sample(logits, &self.tokens);
+            Sampled {
+                id,
+                logprobs: Some(logprobs(&raw, id, n)),
+            }
+        })
+    }
+
+    /// Phase two, in step order: records the sampled token, runs it through the stop matcher
+    /// and sends its event. Returns how the row ends, if it does.
+    pub(crate) fn accept<M: StepModel>(
+        &mut self,
+        sampled: Sampled,
+        model: &M,
+        bytes: &mut Vec<u8>,
+    ) -> Option<Finish> {
+        let id = sampled.id;
         self.tokens.push(id);
         bytes.clear();
         model.token_bytes(id, bytes);
@@ -140,11 +167,8 @@ impl Row {
                 stopped_by: Some(by),
             });
         }
-        let (logprob, top_logprobs) = match self.logprobs {
-            Some(n) => {
-                let lp = logprobs(raw, id, n);
-                (Some(lp.chosen), lp.top)
-            }
+        let (logprob, top_logprobs) = match sampled.logprobs {
+            Some(lp) => (Some(lp.chosen), lp.top),
             None => (None, Vec::new()),
         };
         self.text.push_str(&step.released);
