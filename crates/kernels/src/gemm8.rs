@@ -110,10 +110,8 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
                     // SAFETY: as above; the row covers `bpr` blocks (checked above).
                     let res =
                         unsafe { dot8::<B, _>(&dec.chunks, &dec.d[..], &dec.m, job.row(r), false) };
-                    for (i, &v) in res.iter().take(h).enumerate() {
-                        // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
-                        unsafe { job.put(r, g0 + i, v) };
-                    }
+                    // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
+                    unsafe { job.put_run(r, g0, &res[..h]) };
                 }
                 g0 += h;
             }

@@ -623,6 +623,24 @@ impl<A> Job<'_, A> {
         // SAFETY: inside `out` (n * rows, checked in `run_kernel`); the caller owns row `o`.
         unsafe { *self.out.add(r * self.rows + o) = v };
     }
+
+    /// Stores the dots of weight rows `o..o + vs.len()` with activation row `r` (one bounds
+    /// check and one copy for a group's results).
+    ///
+    /// # Safety
+    /// Only the task that claimed the sub-tile holding those weight rows may call this.
+    #[inline(always)]
+    pub(crate) unsafe fn put_run(&self, r: usize, o: usize, vs: &[f32]) {
+        assert!(
+            r < self.n && o + vs.len() <= self.rows,
+            "({r}, {o}..{}) outside out",
+            o + vs.len()
+        );
+        // SAFETY: inside `out` (n * rows, checked in `run_kernel`); the caller owns the rows.
+        unsafe {
+            std::ptr::copy_nonoverlapping(vs.as_ptr(), self.out.add(r * self.rows + o), vs.len())
+        };
+    }
 }
 
 #[cfg(test)]

@@ -60,6 +60,13 @@ struct StepPlan {
     prefill: Option<(RequestId, usize)>,
 }
 
+/// One row's share of [`Worker::sample_rows`]: the row, its logits, its draw.
+struct SampleTask<'a> {
+    row: &'a mut Row,
+    logits: &'a mut [f32],
+    out: Option<Sampled>,
+}
+
 pub(crate) struct Worker<M: StepModel> {
     model: Arc<M>,
     limits: Limits,
@@ -304,21 +311,28 @@ impl<M: StepModel> Worker<M> {
                 rows[i] = Some(row);
             }
         }
-        let tasks: Vec<Mutex<(&mut Row, &mut [f32], Option<Sampled>)>> = rows
+        let tasks: Vec<Mutex<SampleTask>> = rows
             .into_iter()
             .zip(logits.chunks_exact_mut(vocab))
-            .map(|(row, l)| Mutex::new((row.expect("sampled rows are in the batch"), l, None)))
+            .map(|(row, logits)| {
+                let row = row.expect("sampled rows are in the batch");
+                Mutex::new(SampleTask {
+                    row,
+                    logits,
+                    out: None,
+                })
+            })
             .collect();
         self.model.run_parallel(tasks.len(), &|i| {
             let mut task = tasks[i].lock().expect("a sampling task is not poisoned");
-            let (row, l, out) = &mut *task;
-            *out = Some(row.sample(l));
+            let t = &mut *task;
+            t.out = Some(t.row.sample(t.logits));
         });
         tasks
             .into_iter()
             .map(|t| {
-                let (_, _, out) = t.into_inner().expect("a sampling task is not poisoned");
-                out.expect("every row was sampled")
+                let t = t.into_inner().expect("a sampling task is not poisoned");
+                t.out.expect("every row was sampled")
             })
             .collect()
     }
