@@ -49,27 +49,29 @@
 //! machine's plain-read bandwidth).
 //!
 //! Prefill and batched decode are int8-compute-bound. One thread, weights in cache, ns per
-//! (32-value block, activation row):
+//! (32-value block, activation row) (n = 16 `gemm8` q5_0 and q6_K re-measured in session 4):
 //!
 //! | type | n=1 | n=4 | n=16 | n=64 |
 //! |------|-----|-----|------|------|
 //! | q8_0 (row-major / `gemm8`) | 1.55 | 1.24 | 1.23 / 0.95 | — / 0.91 |
-//! | q5_0 (row-major / `gemm8`) | 2.55 | 1.42 | 1.44 / 0.90 | 1.14 / 0.84 |
+//! | q5_0 (row-major / `gemm8`) | 2.55 | 1.42 | 1.44 / 0.79 | 1.14 / 0.84 |
 //! | q4_0 (row-major / `gemm8`) | 1.82 | 1.27 | 1.30 / 1.13 | |
 //! | q4_K | 1.55 | 0.80 | 0.80 | |
-//! | q6_K | 1.63 | 0.90 | 0.90 | |
+//! | q6_K | 1.63 | 0.90 | 0.64 | |
 //!
 //! `gemm8` (from 8 activation rows) decodes eight weight rows once into chunks whose lane `i`
 //! is row `i`, so a (block, row) costs broadcast + maddubs + madd + cvt + fma and no
 //! per-row scale work; the remaining limit is the int8 multiply throughput. On Zen 3,
 //! `maddubs`/`madd` share two pipes, `sign`/`abs`/`fma` two others that overlap them, and
 //! `cvt` a third pair, so fewer float steps pay: the repacked head (`Q8Rows8`) sums a
-//! block's eight chunks in i32 and takes one float step per block with four activation
-//! rows per pass (2 threads, 262144 x 640 at n = 16: ~0.54 of the file-layout kernel's time,
-//! ~0.70 before). The same order for the layers' formats (tried, not kept; see
-//! docs/PERFORMANCE.md) gave q5_0 at n = 16 -15 % but moved the layers' numbers enough to
-//! flip the golden "haiku" continuation, whose logit gap is 0.30 here against llama.cpp's
-//! 0.59. Earlier wins: no
+//! block's eight chunks in i32 and takes one float step per block into one accumulator per
+//! row, four activation rows per pass (262144 x 640 at n = 16: ~0.51 of the file-layout
+//! kernel's time; ~0.70 with a float step per chunk). A bare micro-benchmark retires about
+//! two vector operations per cycle here, so operation counts are what to cut. The same
+//! block order for the layers' formats (tried twice, not kept; see docs/PERFORMANCE.md)
+//! gives q5_0 at n = 16 0.83 -> 0.59 ns but moves the layers' numbers, and the golden
+//! "haiku" continuation (our margin 0.30 there, llama.cpp's 0.59) flips. Q6_K runs eight
+//! activation rows per call (`WeightBlock::WIDE`). Earlier wins: no
 //! horizontal reduction per block (FMA into eight lanes), several weight rows per call at
 //! n = 1, the row loop inside the `target_feature` function, table-driven K-quant scales, and
 //! AVX2 activation quantization. `ThreadPool::for_each` of tiny tasks: ~0.05 µs per call.
