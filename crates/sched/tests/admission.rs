@@ -69,11 +69,15 @@ fn fifo_a_large_request_is_admitted_before_later_small_ones() {
 
 #[test]
 fn max_seqs_caps_sequences_in_flight() {
-    let model = Arc::new(Probe::recording(FakeModel::hash()));
+    // Gated, so that all six are queued before the first can finish: with an ungated fake
+    // model a loaded machine could run each request to its end before the next arrived, and
+    // "two at once" would never happen (seen once in a CI dry run).
+    let model = Arc::new(Probe::gated(FakeModel::hash()));
     let handle = Scheduler::start(Arc::clone(&model), config(2, 3, 100)).unwrap();
     let streams: Vec<_> = (0..6)
         .map(|i| handle.submit(long(vec![1 + i; 9], 5)).unwrap())
         .collect();
+    model.open();
     for s in streams {
         s.collect_blocking();
     }
