@@ -63,16 +63,24 @@ pub fn batched_equals_sequential<M: StepModel>(
         wait_for(&handle, "an arrival step", |s| {
             s.steps >= arrivals[i] || s.running + s.prefilling + s.queued == 0
         });
-        // A quarter of the requests are cancelled after some number of tokens (0: at once).
-        let cancel_after = rng
-            .gen_bool(0.25)
-            .then(|| rng.gen_range(0..=req.max_tokens));
+        // A quarter of the requests are cancelled: half of those at once (while queued or
+        // prefilling; such a cancel lands whatever the machine's load), the rest after some
+        // number of tokens (which a busy reader thread may see only after the end).
+        let cancel_after = rng.gen_bool(0.25).then(|| {
+            if rng.gen_bool(0.5) {
+                0
+            } else {
+                rng.gen_range(1..=req.max_tokens)
+            }
+        });
         let mut stream = handle.submit(req.clone()).expect("accepted");
+        if cancel_after == Some(0) {
+            // Right behind the submission on the worker's channel, not from the reader
+            // thread, which a loaded machine may start only after the request has finished.
+            stream.cancel();
+        }
         readers.push(std::thread::spawn(move || {
             let mut tokens = Vec::new();
-            if cancel_after == Some(0) {
-                stream.cancel();
-            }
             loop {
                 match stream.blocking_recv().expect("a stream ends with Done") {
                     Event::Token(t) => {
