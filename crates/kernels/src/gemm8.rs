@@ -32,31 +32,6 @@ use std::arch::x86_64::*;
 /// per-group overheads need several rows to pay off).
 pub(crate) const MIN_ROWS: usize = 8;
 
-/// Where [`dot8`] finds the eight rows' `d` of block column `j`.
-pub(crate) trait Scales8 {
-    /// # Safety
-    /// AVX2 and F16C must be available; `j` is in bounds.
-    unsafe fn get(&self, j: usize) -> __m256;
-}
-
-impl Scales8 for [[f32; GROUP]] {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn get(&self, j: usize) -> __m256 {
-        // SAFETY: 8 readable floats.
-        unsafe { _mm256_loadu_ps(self[j].as_ptr()) }
-    }
-}
-
-impl Scales8 for [[u16; GROUP]] {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn get(&self, j: usize) -> __m256 {
-        // SAFETY: 16 readable bytes of f16 bits.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self[j].as_ptr().cast())) }
-    }
-}
-
 /// A group's decoded block columns, with their scales `d` and `m` terms per row.
 #[derive(Default)]
 struct Decoded {
@@ -108,8 +83,7 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
                 unsafe { decode(rows, self.bpr, dec) };
                 for r in 0..job.n() {
                     // SAFETY: as above; the row covers `bpr` blocks (checked above).
-                    let res =
-                        unsafe { dot8::<B, _>(&dec.chunks, &dec.d[..], &dec.m, job.row(r), false) };
+                    let res = unsafe { dot8::<B>(&dec.chunks, &dec.d, &dec.m, job.row(r)) };
                     // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
                     unsafe { job.put_run(r, g0, &res[..h]) };
                 }
@@ -194,21 +168,20 @@ fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
 }
 
 /// The eight dots of a group (`chunks` and `d` per block column; `m` too when `B` has an m
-/// term) with activation row `x` (which covers every block column). `prefetch`: hint the
-/// memory ahead of `chunks` (when the group streams from memory, at n = 1).
+/// term) with activation row `x` (which covers every block column).
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot8<B: LegacyAvx2, S: Scales8 + ?Sized>(
+unsafe fn dot8<B: LegacyAvx2>(
     chunks: &[Chunks],
-    d: &S,
+    d: &[[f32; GROUP]],
     m: &[[f32; GROUP]],
     x: &[BlockQ8x4],
-    prefetch: bool,
 ) -> [f32; GROUP] {
     let bpr = chunks.len();
     assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
+    assert_eq!(d.len(), bpr, "one scale row per block column");
     assert!(
         B::M == MTerm::Zero || m.len() == bpr,
         "one m row per block column"
@@ -217,21 +190,13 @@ pub(crate) unsafe fn dot8<B: LegacyAvx2, S: Scales8 + ?Sized>(
     // Lane k of every row: acc[k] holds it for the eight rows.
     let mut acc = [_mm256_setzero_ps(); 8];
     for j in 0..bpr {
-        if prefetch {
-            prefetch_ahead(chunks[j].0.as_ptr().cast(), size_of::<Chunks>());
-        }
         let u = &x[j / 4];
         let kk = j % 4;
-        // SAFETY: `j < bpr`, the length of every per-column slice.
-        let s = _mm256_mul_ps(unsafe { d.get(j) }, _mm256_set1_ps(u.d[kk]));
-        let xq = &u.qs[kk];
+        // SAFETY: 8 readable floats.
+        let dw = unsafe { _mm256_loadu_ps(d[j].as_ptr()) };
+        let s = _mm256_mul_ps(dw, _mm256_set1_ps(u.d[kk]));
         for (k, a) in acc.iter_mut().enumerate() {
-            let xb = _mm256_set1_epi32(i32::from_le_bytes([
-                xq[4 * k] as u8,
-                xq[4 * k + 1] as u8,
-                xq[4 * k + 2] as u8,
-                xq[4 * k + 3] as u8,
-            ]));
+            let xb = broadcast4(&u.qs[kk], k);
             // SAFETY: 32 readable, 32-byte aligned bytes.
             let w = unsafe { _mm256_load_si256(chunks[j].0[k].as_ptr().cast()) };
             let p = if B::SIGNED {
@@ -276,4 +241,14 @@ pub(crate) unsafe fn dot8<B: LegacyAvx2, S: Scales8 + ?Sized>(
     // SAFETY: 8 writable floats.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), r) };
     out
+}
+
+/// Activation bytes `4k..4k+4` of a block, in every 32-bit lane (the lane-major kernels'
+/// activation operand; also the repacked head's). A function with the kernels' target
+/// features rather than a closure, which would not inherit them and would not be inlined.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn broadcast4(q: &[i8; 32], k: usize) -> __m256i {
+    let b: &[i8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
+    _mm256_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
 }

@@ -9,8 +9,9 @@
 //! scalar loads and inserts, and half the 32-byte quant loads straddle a cache line.
 //! Repacked, a group of eight rows keeps, per block column, the eight f16 scales side by side
 //! (one load and one conversion for eight blocks) and the quants as eight aligned 32-byte
-//! [`Chunks`] (chunk `k`: values `4k..4k+4` of each row), which `gemm8::dot8` multiplies with
-//! no per-row scale or horizontal work; several activation rows reuse the group from L1.
+//! [`Chunks`] (chunk `k`: values `4k..4k+4` of each row, `gemm8`'s decoded layout), which
+//! the kernel multiplies with no per-row scale or horizontal work; several activation rows
+//! reuse the group from L1.
 //! The copy has the original's size (34 bytes per block); it replaces the file's pages in RSS
 //! (the caller releases them as it repacks); it is used only where it pays: Q8_0 matrices
 //! with a multiple of eight rows.
@@ -259,6 +260,7 @@ impl RowKernel for Kernel<'_> {
 mod avx2 {
     use super::{Chunks, GROUP};
     use crate::block::prefetch_ahead;
+    use crate::gemm8::broadcast4;
     use crate::legacy::BlockQ8x4;
     use crate::matmul::Job;
     use std::arch::x86_64::*;
@@ -363,15 +365,5 @@ mod avx2 {
             unsafe { _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
         }
         out
-    }
-
-    /// Activation bytes `4k..4k+4` of a block, in every 32-bit lane. (A function with the
-    /// kernel's target features rather than a closure, which would not inherit them and
-    /// would not be inlined.)
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn broadcast4(q: &[i8; 32], k: usize) -> __m256i {
-        let b: &[i8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
-        _mm256_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
     }
 }
