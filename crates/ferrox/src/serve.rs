@@ -43,6 +43,13 @@ pub struct ServeArgs {
     /// Most prompt tokens computed per scheduler step [default: 128].
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
+    /// Which prompt gets each step's chunk: `oldest` or `round-robin` [default: oldest].
+    #[arg(long, env = "FERROX_CB_PREFILL_ORDER")]
+    pub prefill_order: Option<String>,
+    /// Turn the automatic prefix cache off (`FERROX_PREFIX_CACHE=0` does the same): every
+    /// prompt is computed in full, nothing is shared between requests.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Most requests waiting for a slot; more get 503 [default: 256].
     #[arg(long, env = "FERROX_CB_MAX_QUEUE")]
     pub max_queue: Option<usize>,
@@ -94,6 +101,15 @@ impl ServeArgs {
         if self.ctx_size.is_some() {
             c.max_context_tokens = self.ctx_size;
         }
+        // The two switches parse as the scheduler's own reader parses them.
+        let switches = SchedulerConfig::from_lookup(|var| match var {
+            "FERROX_PREFIX_CACHE" => std::env::var(var).ok(),
+            "FERROX_CB_PREFILL_ORDER" => self.prefill_order.clone(),
+            _ => None,
+        })
+        .map_err(|e| e.to_string())?;
+        c.prefix_cache = switches.prefix_cache && !self.no_prefix_cache;
+        c.prefill_order = switches.prefill_order;
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }

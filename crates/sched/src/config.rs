@@ -24,9 +24,9 @@ pub struct SchedulerConfig {
     /// sequences (llama-batched-bench: 40 tok/s at 1, 104 at 16) while each sequence slows.
     pub max_seqs: usize,
     /// Most prompt tokens prefilled per tick, which is also the most a prompt joining the
-    /// batch delays the running decodes. `FERROX_CB_PREFILL_CHUNK`, default 32: the decoders'
-    /// stall grows in proportion to the chunk while a long prompt's time to first token was
-    /// flat from 32 to 128 (docs/SCHEDULER.md has the measurement).
+    /// batch delays the running decodes. `FERROX_CB_PREFILL_CHUNK`, default 128: a chunk that
+    /// holds a typical prompt whole halves the median time to first token under load, at the
+    /// price of one ~0.4 s stall for the decoders (docs/SCHEDULER.md has the measurement).
     pub prefill_chunk_tokens: usize,
     /// Most requests waiting for admission; one more is refused with `QueueFull`.
     /// `FERROX_CB_MAX_QUEUE`, default 256: a few minutes of work at 16-way batching, after
@@ -45,6 +45,24 @@ pub struct SchedulerConfig {
     pub max_context_tokens: Option<usize>,
     /// A status line is logged every this many decode steps (0: never). Default 256.
     pub log_every_decode_steps: u64,
+    /// Reuse the KV of full prompt blocks another request already computed
+    /// ([`crate::prefix`]). `FERROX_PREFIX_CACHE` (`0` turns it off), default on: a
+    /// conversation that resends its history is otherwise prefilled again every turn.
+    pub prefix_cache: bool,
+    /// Which prefilling row gets the tick's prompt chunk. `FERROX_CB_PREFILL_ORDER`
+    /// (`oldest` or `round-robin`), default oldest: docs/SCHEDULER.md has the measurement.
+    pub prefill_order: PrefillOrder,
+}
+
+/// Which prompt the tick's one prefill chunk goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillOrder {
+    /// The oldest prefilling row: prompts finish one after another, so the first gets its
+    /// first token after its own prefill, not after everyone's.
+    Oldest,
+    /// The next prefilling row after the last one served: every prompt progresses, and all
+    /// of them get their first token near the end.
+    RoundRobin,
 }
 
 impl Default for SchedulerConfig {
@@ -57,6 +75,8 @@ impl Default for SchedulerConfig {
             kv_budget: KvBudget::Bytes(1 << 30),
             max_context_tokens: None,
             log_every_decode_steps: 256,
+            prefix_cache: true,
+            prefill_order: PrefillOrder::Oldest,
         }
     }
 }
@@ -76,6 +96,12 @@ pub enum ConfigError {
     BudgetBelowOneBlock {
         budget_bytes: u64,
         bytes_per_block: u64,
+    },
+    #[error("environment variable {var}={value:?} must be one of {expected}")]
+    NotAChoice {
+        var: &'static str,
+        value: String,
+        expected: &'static str,
     },
     #[error("could not start the scheduler worker thread: {0}")]
     Spawn(#[from] std::io::Error),
@@ -119,6 +145,30 @@ impl SchedulerConfig {
         }
         if let Some(n) = number("FERROX_CB_MAX_CONTEXT")? {
             c.max_context_tokens = Some(n as usize);
+        }
+        let choice = |var: &'static str, expected: &'static str| {
+            lookup(var).map(|value| {
+                let v = value.trim().to_ascii_lowercase();
+                (v, move |value: String| ConfigError::NotAChoice {
+                    var,
+                    value,
+                    expected,
+                })
+            })
+        };
+        if let Some((v, err)) = choice("FERROX_PREFIX_CACHE", "1, 0, on, off, true, false") {
+            c.prefix_cache = match v.as_str() {
+                "1" | "on" | "true" => true,
+                "0" | "off" | "false" => false,
+                _ => return Err(err(v)),
+            };
+        }
+        if let Some((v, err)) = choice("FERROX_CB_PREFILL_ORDER", "oldest, round-robin") {
+            c.prefill_order = match v.as_str() {
+                "oldest" => PrefillOrder::Oldest,
+                "round-robin" => PrefillOrder::RoundRobin,
+                _ => return Err(err(v)),
+            };
         }
         c.validate()?;
         Ok(c)
@@ -172,6 +222,8 @@ mod tests {
             ("FERROX_CB_KV_BLOCK_SIZE", "8"),
             ("FERROX_CB_KV_BLOCKS", "100"),
             ("FERROX_CB_MAX_CONTEXT", " 2048 "),
+            ("FERROX_PREFIX_CACHE", "0"),
+            ("FERROX_CB_PREFILL_ORDER", "Round-Robin"),
         ])
         .unwrap();
         assert_eq!(
@@ -184,6 +236,8 @@ mod tests {
                 kv_budget: KvBudget::Blocks(100),
                 max_context_tokens: Some(2048),
                 log_every_decode_steps: 256,
+                prefix_cache: false,
+                prefill_order: PrefillOrder::RoundRobin,
             }
         );
         let c = from(&[("FERROX_CB_KV_BUDGET_BYTES", "1000000")]).unwrap();
@@ -200,6 +254,11 @@ mod tests {
                 ..
             }
         ));
+        let e = from(&[("FERROX_PREFIX_CACHE", "maybe")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "environment variable FERROX_PREFIX_CACHE=\"maybe\" must be one of 1, 0, on, off, true, false"
+        );
         let e = from(&[("FERROX_CB_PREFILL_CHUNK", "0")]).unwrap_err();
         assert_eq!(
             e.to_string(),

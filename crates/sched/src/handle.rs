@@ -19,8 +19,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::admission::{Limits, Refusal};
+use crate::blocks::{BlockPool, PoolCounts};
 use crate::config::{ConfigError, SchedulerConfig};
 use crate::model::StepModel;
+use crate::prefix::BlockHasher;
 use crate::queue::{Pending, QueueSlots};
 use crate::request::{
     Completion, Event, FinishReason, GenerationRequest, RequestId, TokenEvent, Usage,
@@ -47,21 +49,37 @@ impl Scheduler {
         let shared = Arc::new(Shared::default());
         let (inbox, commands) = mpsc::channel();
         let worker_shared = Arc::clone(&shared);
-        let prefill_chunk = config.prefill_chunk_tokens;
-        let log_every = config.log_every_decode_steps;
+        // One set of secret keys per pool: the handle names a prompt's blocks on the
+        // submitter's thread, the worker names the blocks generation fills.
+        let hasher = config.prefix_cache.then(BlockHasher::new);
+        let worker_hasher = hasher.clone();
+        let worker_config = config.clone();
+        // Built here so the handle can audit it; the worker is the only one that leases.
+        let pool = BlockPool::new(limits.total_blocks, config.prefix_cache);
+        let worker_pool = pool.clone();
         // Healthy from before the first submit can see it; cleared when the thread ends.
         shared.healthy.store(true, Ordering::Release);
         std::thread::Builder::new()
             .name("ferrox-sched".into())
             .spawn(move || {
                 let _alive = AliveGuard(Arc::clone(&worker_shared));
-                Worker::new(model, limits, prefill_chunk, log_every, worker_shared).run(commands);
+                let worker = Worker::new(
+                    model,
+                    limits,
+                    &worker_config,
+                    worker_pool,
+                    worker_hasher,
+                    worker_shared,
+                );
+                worker.run(commands);
             })?;
         Ok(SchedulerHandle {
             inner: Arc::new(HandleInner {
                 inbox,
                 limits,
                 slots: QueueSlots::new(limits.max_queue),
+                hasher,
+                pool,
                 next_id: AtomicU64::new(0),
                 shared,
             }),
@@ -88,6 +106,8 @@ struct HandleInner {
     inbox: Sender<Command>,
     limits: Limits,
     slots: QueueSlots,
+    hasher: Option<BlockHasher>,
+    pool: BlockPool,
     next_id: AtomicU64,
     shared: Arc<Shared>,
 }
@@ -109,10 +129,26 @@ impl SchedulerHandle {
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let prompt_tokens = request.prompt_ids.len();
         let (events, rx) = unbounded_channel();
+        let (root, chain) = match &inner.hasher {
+            Some(h) => {
+                let root = h.root(request.cache_salt.as_deref());
+                let mut chain = Vec::new();
+                h.extend(
+                    root,
+                    &request.prompt_ids,
+                    inner.limits.block_size_tokens,
+                    &mut chain,
+                );
+                (root, chain)
+            }
+            None => (0, Vec::new()),
+        };
         let pending = Pending {
             id,
             request,
             blocks_needed,
+            root,
+            chain,
             events,
             slot,
         };
@@ -135,6 +171,14 @@ impl SchedulerHandle {
     /// wherever it is. Unknown or finished ids are ignored.
     pub fn cancel(&self, id: RequestId) {
         let _ = self.inner.inbox.send(Command::Cancel(id));
+    }
+
+    /// Checks the KV block pool's invariants (every block in exactly one state, reference
+    /// counts equal to the leases holding them, shared blocks named, the cache's index
+    /// consistent) and counts its blocks by state. For tests and diagnostics: it takes the
+    /// pool's lock once.
+    pub fn audit_blocks(&self) -> Result<PoolCounts, String> {
+        self.inner.pool.audit()
     }
 
     pub fn status(&self) -> SchedulerStatus {
@@ -228,6 +272,7 @@ impl RequestStream {
                     usage: Usage {
                         prompt_tokens: self.prompt_tokens,
                         completion_tokens: self.token_ids.len(),
+                        cached_tokens: 0,
                     },
                     token_ids: std::mem::take(&mut self.token_ids),
                     text: std::mem::take(&mut self.text),

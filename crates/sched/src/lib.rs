@@ -11,7 +11,10 @@
 //! Modules, one concept each:
 //! - [`config`]: the knobs ([`SchedulerConfig`]), and the `FERROX_CB_*` reader for `main`;
 //! - [`admission`]: the ceilings ([`Limits`]) and the refusals, in their order;
-//! - [`blocks`]: the KV block pool and the lease returned in `Drop`;
+//! - [`blocks`]: the KV block pool (reference counts, the cache's index of named blocks,
+//!   eviction) and the lease returned in `Drop`;
+//! - [`prefix`]: naming a full block by its content (the chain hash), so a prefix computed
+//!   once is found again;
 //! - [`queue`]: the FIFO waiting queue and the slot counted until admission;
 //! - [`stop`]: the stop matcher (stop tokens, stop strings, withheld tails, UTF-8);
 //! - `row`: one request in the batch (tokens held vs. computed);
@@ -29,6 +32,7 @@ pub mod config;
 mod engine_model;
 pub mod handle;
 pub mod model;
+pub mod prefix;
 pub mod queue;
 pub mod request;
 mod row;
@@ -38,8 +42,8 @@ pub mod testkit;
 mod worker;
 
 pub use admission::{InvalidRequest, Limits, Refusal};
-pub use blocks::{BlockPool, KvLease};
-pub use config::{ConfigError, KvBudget, SchedulerConfig};
+pub use blocks::{BlockPool, KvLease, PoolCounts};
+pub use config::{ConfigError, KvBudget, PrefillOrder, SchedulerConfig};
 pub use handle::{Collected, RequestStream, Scheduler, SchedulerHandle};
 pub use model::StepModel;
 pub use request::{

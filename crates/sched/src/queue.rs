@@ -17,6 +17,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::Refusal;
+use crate::prefix::BlockHash;
 use crate::request::{Event, GenerationRequest, RequestId};
 
 /// Counts the slots taken against `max_queue`; shared by every handle clone.
@@ -72,6 +73,10 @@ pub(crate) struct Pending {
     pub(crate) request: GenerationRequest,
     /// KV blocks it will lease at admission (from `Limits::blocks_for`).
     pub(crate) blocks_needed: usize,
+    /// The root of its prompt's block chain and the names of the prompt's full blocks
+    /// ([`crate::prefix`]), computed on the submitter's thread; empty with caching off.
+    pub(crate) root: BlockHash,
+    pub(crate) chain: Vec<BlockHash>,
     pub(crate) events: UnboundedSender<Event>,
     /// Never read: held for its `Drop`, which gives the slot back when the request leaves
     /// the queue.
@@ -146,6 +151,8 @@ mod tests {
                 id,
                 request: GenerationRequest::greedy(vec![1], 1),
                 blocks_needed: 1,
+                root: 0,
+                chain: Vec::new(),
                 events: tx.clone(),
                 slot: slots.acquire().unwrap(),
             });

@@ -24,6 +24,9 @@ pub struct GenerationRequest {
     /// Report the chosen token's log-probability and the `n` most likely alternatives with
     /// every token (`Some(0)`: only the chosen one).
     pub logprobs: Option<usize>,
+    /// Requests share cached prompt blocks only with requests of the same salt (`None` is
+    /// a tenant of its own): one tenant's prompts stay out of another's lookups and timing.
+    pub cache_salt: Option<String>,
 }
 
 impl GenerationRequest {
@@ -35,6 +38,7 @@ impl GenerationRequest {
             sampling: SamplingParams::greedy(),
             stop: StopConfig::default(),
             logprobs: None,
+            cache_salt: None,
         }
     }
 }
@@ -111,4 +115,6 @@ pub struct Usage {
     pub prompt_tokens: usize,
     /// Tokens sampled, a final stop token included.
     pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache instead of being computed.
+    pub cached_tokens: usize,
 }

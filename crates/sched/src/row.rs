@@ -10,6 +10,13 @@
 //! on every step feeds the last sampled token (gap one) and samples the next, until the stop
 //! matcher or `max_tokens` ends the row. Everything a request owns lives here, so retiring a
 //! row (dropping it) releases its blocks through the lease.
+//!
+//! The prefix cache enters in two places. A row may start with `computed` > 0: its leading
+//! full blocks were found cached at admission and attached. And every time `computed` crosses
+//! a block boundary, the block just filled — prompt or generated — is published under its
+//! name, so the next request that starts with the same tokens (the next turn of a
+//! conversation, another choice of the same prompt) can attach it. A prefilling row may also
+//! attach blocks later ([`Row::attach_cached`]), when a row ahead of it has just computed them.
 
 use std::cell::RefCell;
 
@@ -19,6 +26,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::blocks::KvLease;
 use crate::model::StepModel;
+use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::Pending;
 use crate::request::{Completion, Event, FinishReason, RequestId, StopMatch, TokenEvent, Usage};
 use crate::stop::StopMatcher;
@@ -29,8 +37,19 @@ pub(crate) struct Row {
     /// Prompt, then every sampled token.
     tokens: Vec<u32>,
     prompt_tokens: usize,
-    /// Positions `0..computed` have their KV written.
+    /// Positions `0..computed` have their KV written (or attached from the cache).
     computed: usize,
+    /// Positions per KV block.
+    block_size: usize,
+    /// Names the blocks as they fill; `None` with the prefix cache off.
+    hasher: Option<BlockHasher>,
+    root: BlockHash,
+    /// Names of the full blocks of `tokens` known so far (the prompt's from the start).
+    chain: Vec<BlockHash>,
+    /// Blocks `0..published` are attached from the cache or published to it.
+    published: usize,
+    /// Prompt tokens attached from the cache instead of computed.
+    cached_tokens: usize,
     max_tokens: usize,
     logprobs: Option<usize>,
     sampler: Sampler,
@@ -69,12 +88,21 @@ impl Finish {
 }
 
 impl Row {
-    /// Admits a waiting request onto its leased blocks; its queue slot is released here.
-    pub(crate) fn admit(pending: Pending, lease: KvLease) -> Self {
+    /// Admits a waiting request onto its leased blocks, the first `attached` of which came
+    /// from the cache; its queue slot is released here.
+    pub(crate) fn admit(
+        pending: Pending,
+        lease: KvLease,
+        attached: usize,
+        block_size: usize,
+        hasher: Option<BlockHasher>,
+    ) -> Self {
         let Pending {
             id,
             request,
             blocks_needed: _,
+            root,
+            chain,
             events,
             slot: _,
         } = pending;
@@ -85,7 +113,13 @@ impl Row {
             id,
             tokens,
             prompt_tokens,
-            computed: 0,
+            computed: attached * block_size,
+            block_size,
+            hasher,
+            root,
+            chain,
+            published: attached,
+            cached_tokens: attached * block_size,
             max_tokens: request.max_tokens,
             logprobs: request.logprobs,
             sampler: Sampler::new(request.sampling),
@@ -94,6 +128,51 @@ impl Row {
             events,
             lease,
         }
+    }
+
+    /// Leading prompt blocks a request may attach from the cache: every full block before
+    /// the last prompt token, which is always computed so that the request gets its logits.
+    pub(crate) fn attachable_blocks(prompt_tokens: usize, block_size: usize) -> usize {
+        prompt_tokens.saturating_sub(1) / block_size
+    }
+
+    /// The block a prefilling row computes next, if it could come from the cache: its
+    /// index and name. `None` once the rest of the prompt must be computed.
+    pub(crate) fn next_attachable(&self) -> Option<(usize, BlockHash)> {
+        if self.hasher.is_none() || !self.computed.is_multiple_of(self.block_size) {
+            return None;
+        }
+        let b = self.computed / self.block_size;
+        (b < Self::attachable_blocks(self.prompt_tokens, self.block_size))
+            .then(|| (b, self.chain[b]))
+    }
+
+    /// Attaches every next prompt block that is cached now (a row ahead of this one may have
+    /// just computed it), returning its private blocks to the pool. Returns the tokens
+    /// attached.
+    pub(crate) fn attach_cached(&mut self) -> usize {
+        let before = self.computed;
+        while let Some((b, name)) = self.next_attachable() {
+            if !self.lease.attach(b, name) {
+                break;
+            }
+            self.computed += self.block_size;
+            self.published = b + 1;
+        }
+        self.cached_tokens += self.computed - before;
+        self.computed - before
+    }
+
+    /// Whether this prefilling row's next block is one `other` (a row admitted earlier, also
+    /// prefilling) will compute: then waiting a tick and attaching it is cheaper than
+    /// computing it twice.
+    pub(crate) fn waits_for(&self, other: &Row) -> bool {
+        let Some((b, name)) = self.next_attachable() else {
+            return false;
+        };
+        other.is_prefilling()
+            && other.chain.get(b) == Some(&name)
+            && other.computed < (b + 1) * other.block_size
     }
 
     /// Still computing its prompt.
@@ -118,10 +197,36 @@ impl Row {
         }
     }
 
-    /// Records that the forward wrote `n` more positions.
+    /// Records that the forward wrote `n` more positions, and publishes every block that is
+    /// now full.
     pub(crate) fn advance(&mut self, n: usize) {
         self.computed += n;
         debug_assert!(self.computed <= self.tokens.len());
+        let Some(hasher) = &self.hasher else {
+            return;
+        };
+        let full = self.computed / self.block_size;
+        if full <= self.published {
+            return;
+        }
+        hasher.extend(
+            self.root,
+            &self.tokens[..full * self.block_size],
+            self.block_size,
+            &mut self.chain,
+        );
+        for b in self.published..full {
+            self.lease.publish(b, self.chain[b]);
+        }
+        self.published = full;
+    }
+
+    /// Whether the blocks the next `n` positions go to belong to this row alone and are
+    /// unpublished, so writing them cannot touch another request's KV (debug checks).
+    pub(crate) fn may_write(&self, n: usize) -> bool {
+        let first = self.computed / self.block_size;
+        let last = (self.computed + n).div_ceil(self.block_size);
+        self.lease.writable(first..last)
     }
 
     pub(crate) fn generated_tokens(&self) -> usize {
@@ -203,6 +308,7 @@ impl Row {
             usage: Usage {
                 prompt_tokens: self.prompt_tokens,
                 completion_tokens: self.generated_tokens(),
+                cached_tokens: self.cached_tokens,
             },
             token_ids: self.tokens[self.prompt_tokens..].to_vec(),
             text: self.text,
@@ -221,6 +327,7 @@ pub(crate) fn finish_pending(pending: Pending, reason: FinishReason) {
         usage: Usage {
             prompt_tokens: pending.request.prompt_ids.len(),
             completion_tokens: 0,
+            cached_tokens: 0,
         },
         token_ids: Vec::new(),
         text: String::new(),

@@ -25,9 +25,18 @@ pub struct SchedulerStatus {
     /// Requests holding a queue slot (submitted, not yet admitted).
     pub queued: usize,
     pub blocks_total: usize,
+    /// Blocks no request holds: free ones and cached ones that can be reclaimed.
     pub blocks_free: usize,
-    /// The most KV blocks ever leased at once.
+    /// Blocks holding a cached prefix (held by requests or not).
+    pub blocks_cached: usize,
+    /// The most KV blocks ever held at once.
     pub blocks_peak_used: usize,
+    /// Prompt tokens looked up in the prefix cache (each admitted prompt, once).
+    pub prefix_cache_queries: u64,
+    /// Prompt tokens whose KV was attached from the cache instead of computed.
+    pub prefix_cache_hits: u64,
+    /// Cached blocks reclaimed for new KV.
+    pub prefix_cache_evictions: u64,
     pub refusals: RefusalCounts,
     pub requests_admitted: u64,
     pub finished: FinishCounts,
@@ -65,7 +74,11 @@ pub(crate) struct WorkerStats {
     pub(crate) prefilling: usize,
     pub(crate) blocks_total: usize,
     pub(crate) blocks_free: usize,
+    pub(crate) blocks_cached: usize,
     pub(crate) blocks_peak_used: usize,
+    pub(crate) prefix_cache_queries: u64,
+    pub(crate) prefix_cache_hits: u64,
+    pub(crate) prefix_cache_evictions: u64,
     pub(crate) requests_admitted: u64,
     pub(crate) finished: FinishCounts,
     pub(crate) tokens_prefilled: u64,
@@ -114,7 +127,11 @@ impl Shared {
             queued,
             blocks_total: w.blocks_total,
             blocks_free: w.blocks_free,
+            blocks_cached: w.blocks_cached,
             blocks_peak_used: w.blocks_peak_used,
+            prefix_cache_queries: w.prefix_cache_queries,
+            prefix_cache_hits: w.prefix_cache_hits,
+            prefix_cache_evictions: w.prefix_cache_evictions,
             refusals: RefusalCounts {
                 invalid_request: r(0),
                 context_length_exceeded: r(1),

@@ -7,9 +7,12 @@
 //!    request is (queued: removed; in the batch: retired) before anything else runs, so a
 //!    cancelled prompt never gets another chunk;
 //! 2. **admit** from the front of the queue while a row is free (`max_seqs`) and the front
-//!    request's blocks can be leased; stop at the first that cannot (strict FIFO);
+//!    request's blocks can be leased — the longest cached run of its prompt's full blocks is
+//!    attached, the rest leased fresh; stop at the first that cannot (strict FIFO);
 //! 3. **plan**: every decoding row contributes its one new token; ONE prompt chunk of at most
-//!    `prefill_chunk_tokens` comes from the next prefilling row in round-robin order;
+//!    `prefill_chunk_tokens` comes from one prefilling row (the oldest, or round-robin), which
+//!    first attaches any of its next prompt blocks that are cached by now; a row whose next
+//!    block an older row is computing waits for it instead of computing it too;
 //! 4. **forward**: one model call carries the decode rows and the prompt chunk together;
 //! 5. **sample, stop, deliver**: each row that got logits samples with its own sampler, runs
 //!    its stop matcher and sends its token;
@@ -33,7 +36,9 @@ use ferrox_engine::kv::SeqChunk;
 
 use crate::admission::Limits;
 use crate::blocks::BlockPool;
+use crate::config::{PrefillOrder, SchedulerConfig};
 use crate::model::StepModel;
+use crate::prefix::BlockHasher;
 use crate::queue::{Pending, WaitQueue};
 use crate::request::{FinishReason, RequestId};
 use crate::row::{finish_pending, Finish, Row, Sampled};
@@ -71,7 +76,10 @@ pub(crate) struct Worker<M: StepModel> {
     model: Arc<M>,
     limits: Limits,
     prefill_chunk_tokens: usize,
+    prefill_order: PrefillOrder,
     log_every_decode_steps: u64,
+    /// Names full blocks for the prefix cache; `None` with it off.
+    hasher: Option<BlockHasher>,
     kv: M::Kv,
     pool: BlockPool,
     queue: WaitQueue,
@@ -80,8 +88,8 @@ pub(crate) struct Worker<M: StepModel> {
     /// Row ids in admission order: decode rows are planned in this order, and prefill
     /// round-robin walks it.
     order: Vec<RequestId>,
-    /// The row that got the last prompt chunk; the next chunk goes to the next prefilling row
-    /// after it in `order`.
+    /// The row that got the last prompt chunk; with round-robin, the next chunk goes to the
+    /// next prefilling row after it in `order`.
     last_prefilled: Option<RequestId>,
     stats: WorkerStats,
     shared: Arc<Shared>,
@@ -95,12 +103,12 @@ impl<M: StepModel> Worker<M> {
     pub(crate) fn new(
         model: Arc<M>,
         limits: Limits,
-        prefill_chunk_tokens: usize,
-        log_every_decode_steps: u64,
+        config: &SchedulerConfig,
+        pool: BlockPool,
+        hasher: Option<BlockHasher>,
         shared: Arc<Shared>,
     ) -> Self {
         let kv = model.new_kv(limits.block_size_tokens, limits.total_blocks);
-        let pool = BlockPool::new(limits.total_blocks);
         let stats = WorkerStats {
             blocks_total: limits.total_blocks,
             blocks_free: limits.total_blocks,
@@ -109,8 +117,10 @@ impl<M: StepModel> Worker<M> {
         Self {
             model,
             limits,
-            prefill_chunk_tokens,
-            log_every_decode_steps,
+            prefill_chunk_tokens: config.prefill_chunk_tokens,
+            prefill_order: config.prefill_order,
+            log_every_decode_steps: config.log_every_decode_steps,
+            hasher,
             kv,
             pool,
             queue: WaitQueue::default(),
@@ -179,38 +189,74 @@ impl<M: StepModel> Worker<M> {
     }
 
     /// Strict FIFO: admits from the front while the front fits, stops at the first that
-    /// does not. A refused-at-submit request never gets here, so on an empty batch the front
-    /// always fits and an idle worker never spins.
+    /// does not. The front's longest cached run of full prompt blocks is attached (they cost
+    /// it no new block), the rest of its blocks are leased fresh. A refused-at-submit request
+    /// never gets here, so on an empty batch the front always fits and an idle worker never
+    /// spins.
     fn admit(&mut self) {
+        let block_size = self.limits.block_size_tokens;
         while self.rows.len() < self.limits.max_seqs {
             let Some(front) = self.queue.front() else {
                 return;
             };
-            let Ok(lease) = self.pool.lease(front.blocks_needed) else {
+            let prompt_tokens = front.request.prompt_ids.len();
+            let attachable =
+                Row::attachable_blocks(prompt_tokens, block_size).min(front.chain.len());
+            let hits = self.pool.lookup(&front.chain[..attachable]);
+            let Ok(lease) = self.pool.lease(&hits, front.blocks_needed - hits.len()) else {
                 return;
             };
             let pending = self.queue.pop_front().expect("front was just seen");
-            let row = Row::admit(pending, lease);
+            if self.hasher.is_some() {
+                self.stats.prefix_cache_queries += prompt_tokens as u64;
+                self.stats.prefix_cache_hits += (hits.len() * block_size) as u64;
+            }
+            let row = Row::admit(pending, lease, hits.len(), block_size, self.hasher.clone());
             self.order.push(row.id);
             self.rows.insert(row.id, row);
             self.stats.requests_admitted += 1;
         }
     }
 
-    /// The next prefilling row after the last one served, in admission order, wrapping.
-    fn next_prefill(&self) -> Option<RequestId> {
-        let start = self
-            .last_prefilled
-            .and_then(|last| self.order.iter().position(|&id| id == last))
-            .map_or(0, |i| i + 1);
+    /// The prefilling row that gets this tick's chunk: the oldest, or with round-robin the
+    /// next after the last one served. Each candidate first attaches whatever of its next
+    /// prompt blocks is cached by now; a candidate whose next block an older prefilling row
+    /// is about to compute waits (the older row is never waiting on it, so some row always
+    /// runs). That is how requests arriving together with one new prefix — `n` choices, a
+    /// burst of users with one system prompt — compute it once.
+    fn next_prefill(&mut self) -> Option<RequestId> {
+        let start = match self.prefill_order {
+            PrefillOrder::Oldest => 0,
+            PrefillOrder::RoundRobin => self
+                .last_prefilled
+                .and_then(|last| self.order.iter().position(|&id| id == last))
+                .map_or(0, |i| i + 1),
+        };
         let n = self.order.len();
-        (0..n)
-            .map(|k| self.order[(start + k) % n])
-            .find(|id| self.rows[id].is_prefilling())
+        for k in 0..n {
+            let at = (start + k) % n;
+            let id = self.order[at];
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            if !row.is_prefilling() {
+                continue;
+            }
+            self.stats.prefix_cache_hits += row.attach_cached() as u64;
+            let row = &self.rows[&id];
+            let waits = self.order[..at]
+                .iter()
+                .any(|older| row.waits_for(&self.rows[older]));
+            if !waits {
+                return Some(id);
+            }
+        }
+        None
     }
 
     /// What this tick runs: every decoding row's one token, then one prompt chunk.
-    fn plan(&self) -> Option<StepPlan> {
+    fn plan(&mut self) -> Option<StepPlan> {
         let mut plan = StepPlan::default();
         for &id in &self.order {
             if self.rows[&id].is_decoding() {
@@ -235,6 +281,12 @@ impl<M: StepModel> Worker<M> {
         let Some(plan) = self.plan() else {
             return;
         };
+        debug_assert!(
+            plan.chunks
+                .iter()
+                .all(|&(id, n)| self.rows[&id].may_write(n)),
+            "a step would write a block another request holds or may attach"
+        );
         let chunks: Vec<SeqChunk<'_>> = plan
             .chunks
             .iter()
@@ -383,7 +435,9 @@ impl<M: StepModel> Worker<M> {
         let s = &mut self.stats;
         s.running = self.rows.values().filter(|r| !r.is_prefilling()).count();
         s.prefilling = self.rows.len() - s.running;
-        s.blocks_free = self.pool.free_blocks();
+        s.blocks_free = self.pool.available_blocks();
+        s.blocks_cached = self.pool.cached_blocks();
+        s.prefix_cache_evictions = self.pool.evictions();
         s.blocks_peak_used = self.pool.peak_used_blocks();
         self.shared.publish(&self.stats);
     }
@@ -402,8 +456,11 @@ impl<M: StepModel> Worker<M> {
             running = self.rows.values().filter(|r| !r.is_prefilling()).count(),
             prefilling = self.rows.values().filter(|r| r.is_prefilling()).count(),
             queued = self.queue.len(),
-            blocks_free = self.pool.free_blocks(),
+            blocks_free = self.pool.available_blocks(),
+            blocks_cached = self.pool.cached_blocks(),
             blocks_total = self.limits.total_blocks,
+            prefix_hit_tokens = self.stats.prefix_cache_hits,
+            prefix_query_tokens = self.stats.prefix_cache_queries,
             decode_tok_s = format_args!("{tok_s:.1}"),
             "scheduler"
         );

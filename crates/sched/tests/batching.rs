@@ -1,5 +1,5 @@
-//! Batching never changes a number: batched == sequential, chunk size is invisible, and a
-//! seed means the same tokens under any load. On the fake model, whose logits depend on every
+//! Batching and the prefix cache never change a number: batched and cached == sequential and
+//! cold, chunk size is invisible, and a seed means the same tokens under any load. On the fake model, whose logits depend on every
 //! token of the sequence as read back from its KV blocks.
 
 mod common;
@@ -25,11 +25,17 @@ fn spec() -> Spec {
 #[test]
 fn batched_equals_sequential_under_random_arrivals_and_cancels() {
     let model = Arc::new(Probe::recording(FakeModel::hash()));
-    let mut cancelled = 0;
+    let (mut cancelled, mut cached) = (0, 0);
     for seed in 0..8 {
-        cancelled += props::batched_equals_sequential(Arc::clone(&model), &spec(), seed);
+        let run = props::batched_equals_sequential(Arc::clone(&model), &spec(), seed);
+        cancelled += run.cancelled;
+        cached += run.cached_tokens;
     }
     assert!(cancelled > 10, "too few cancels exercised: {cancelled}");
+    assert!(
+        cached > 200,
+        "too few prefix-cache hits exercised: {cached} tokens"
+    );
 }
 
 #[test]

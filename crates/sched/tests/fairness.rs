@@ -1,5 +1,6 @@
 //! Prompts joining the batch cost running decodes one chunk per tick, never a whole prompt:
-//! counted in forward steps, not time.
+//! counted in forward steps, not time. Under either prefill order: the oldest prompt first
+//! (the default), or round-robin.
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 
 use common::{chunks_of, config};
 use ferrox_sched::testkit::{FakeModel, Probe};
-use ferrox_sched::{GenerationRequest, Scheduler, StopConfig};
+use ferrox_sched::{GenerationRequest, PrefillOrder, Scheduler, SchedulerConfig, StopConfig};
 
 fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
     GenerationRequest {
@@ -21,9 +22,19 @@ fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
 
 #[test]
 fn long_prompts_joining_delay_each_decode_by_at_most_one_chunk() {
+    // B (100 tokens) and C (60) arrive together: ceil(100/8) = 13 chunks and 8 chunks.
+    one_order(PrefillOrder::Oldest, "BBBBBBBBBBBBBCCCCCCCC");
+    one_order(PrefillOrder::RoundRobin, "BCBCBCBCBCBCBCBCBBBBB");
+}
+
+fn one_order(prefill_order: PrefillOrder, want: &str) {
     const CHUNK: usize = 8;
     let model = Arc::new(Probe::gated(FakeModel::hash()));
-    let handle = Scheduler::start(Arc::clone(&model), config(4, CHUNK, 200)).unwrap();
+    let config = SchedulerConfig {
+        prefill_order,
+        ..config(4, CHUNK, 200)
+    };
+    let handle = Scheduler::start(Arc::clone(&model), config).unwrap();
     let a = handle.submit(long(vec![1; 4], 60)).unwrap();
     model.allow(3);
     model.wait_until_blocked(); // A is decoding
@@ -71,8 +82,7 @@ fn long_prompts_joining_delay_each_decode_by_at_most_one_chunk() {
         assert!(prompt_chunks.iter().all(|ch| ch.tokens.len() <= CHUNK));
         prefill_steps += prompt_chunks.len();
     }
-    // A's prompt (one chunk), then B (100 tokens) and C (60): ceil(100/8) + ceil(60/8) =
-    // 13 + 8 steps of prefill, alternating while both were prefilling (round robin).
+    // A's prompt (one chunk), then B and C: 13 + 8 steps of prefill, in the order's order.
     assert_eq!(prefill_steps, 1 + 13 + 8);
     let order: Vec<char> = calls
         .iter()
@@ -84,7 +94,7 @@ fn long_prompts_joining_delay_each_decode_by_at_most_one_chunk() {
         })
         .collect();
     let s: String = order.iter().collect();
-    assert!(s.starts_with("BCBCBCBCBCBCBCBC"), "{s}");
+    assert_eq!(s, want, "{prefill_order:?}");
     // While B and C were prefilling, A still decoded in each of those steps.
     let a_during_prefill = calls
         .iter()

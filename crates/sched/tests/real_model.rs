@@ -37,9 +37,11 @@ fn random_weight_models_batched_equals_sequential() {
     for arch in ARCHES {
         let model = Arc::new(Probe::recording(tiny(arch)));
         let spec = tiny_spec(&model.inner);
-        for seed in 0..2 {
-            props::batched_equals_sequential(Arc::clone(&model), &spec, seed);
-        }
+        let cached: u64 = (0..2)
+            .map(|seed| props::batched_equals_sequential(Arc::clone(&model), &spec, seed))
+            .map(|run| run.cached_tokens)
+            .sum();
+        assert!(cached > 0, "{arch:?}: no prefix-cache hit exercised");
     }
 }
 
@@ -84,13 +86,14 @@ fn default_model_batching_chunking_and_seeds_change_nothing() {
     let spec = Spec {
         vocab: model.inner.vocab_size() as u32,
         avoid: vec![],
-        requests: 6,
-        max_prompt: 16,
+        requests: 8,
+        max_prompt: 24,
         max_new: 6,
         logprobs: Some(20),
         kv_blocks: 64,
     };
-    props::batched_equals_sequential(Arc::clone(&model), &spec, 5);
+    let run = props::batched_equals_sequential(Arc::clone(&model), &spec, 5);
+    assert!(run.cached_tokens > 0, "no prefix-cache hit exercised");
     let chunking = Spec {
         requests: 2,
         max_prompt: 40,
@@ -100,6 +103,7 @@ fn default_model_batching_chunking_and_seeds_change_nothing() {
     props::chunk_sizes_agree(Arc::clone(&model), &chunking, 6);
     let load = Spec {
         requests: 4,
+        max_prompt: 16,
         ..spec
     };
     props::seed_is_independent_of_load(model, &load, 7);

@@ -57,6 +57,9 @@ pub struct ChoiceOutput {
 pub struct RequestUsage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache: with several choices, the fewest any
+    /// choice got (each choice attaches the prompt's shared blocks for itself).
+    pub cached_tokens: usize,
 }
 
 impl RequestUsage {
@@ -65,6 +68,7 @@ impl RequestUsage {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         })
     }
 }
@@ -148,6 +152,7 @@ impl Generator {
                 },
                 stop: stop.clone(),
                 logprobs: options.logprobs,
+                cache_salt: options.cache_salt.clone(),
             };
             // On a refusal, `choices` drops here with the streams already accepted, which
             // cancels them.
@@ -169,6 +174,7 @@ impl Generator {
             usage: RequestUsage {
                 prompt_tokens,
                 completion_tokens: 0,
+                cached_tokens: prompt_tokens,
             },
         })
     }
@@ -214,6 +220,7 @@ impl Generation {
             }
             Event::Done(c) => {
                 self.usage.completion_tokens += c.usage.completion_tokens;
+                self.usage.cached_tokens = self.usage.cached_tokens.min(c.usage.cached_tokens);
                 metrics.duration.observe(now - self.started);
                 let relaxed = std::sync::atomic::Ordering::Relaxed;
                 metrics

@@ -222,14 +222,38 @@ fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
     gauge(
         out,
         "ferrox_kv_blocks_used",
-        "KV cache blocks leased to sequences.",
+        "KV cache blocks held by sequences.",
         s.blocks_total.saturating_sub(s.blocks_free),
     );
     gauge(
         out,
         "ferrox_kv_blocks_free",
-        "KV cache blocks free.",
+        "KV cache blocks no sequence holds (free, or cached and reclaimable).",
         s.blocks_free,
+    );
+    gauge(
+        out,
+        "ferrox_kv_blocks_cached",
+        "KV cache blocks holding a reusable prompt prefix.",
+        s.blocks_cached,
+    );
+    counter(
+        out,
+        "ferrox_prefix_cache_queries_total",
+        "Prompt tokens looked up in the prefix cache.",
+        s.prefix_cache_queries,
+    );
+    counter(
+        out,
+        "ferrox_prefix_cache_hits_total",
+        "Prompt tokens served from the prefix cache instead of computed.",
+        s.prefix_cache_hits,
+    );
+    counter(
+        out,
+        "ferrox_prefix_cache_evictions_total",
+        "Cached KV blocks reclaimed for new KV.",
+        s.prefix_cache_evictions,
     );
     gauge(
         out,

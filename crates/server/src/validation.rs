@@ -69,6 +69,8 @@ pub struct GenerationOptions {
     pub stream: bool,
     /// Streaming only: send a last chunk with the usage.
     pub include_usage: bool,
+    /// vLLM's `cache_salt`: only requests with the same salt share cached prompt blocks.
+    pub cache_salt: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -189,6 +191,13 @@ fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
             include
         }
     };
+    let cache_salt = f.take::<String>("cache_salt")?;
+    if cache_salt.as_deref() == Some("") {
+        return Err(ApiError::invalid(
+            "cache_salt",
+            "must be a non-empty string when given",
+        ));
+    }
     // Accepted for compatibility; it only labels the request in logs.
     if let Some(user) = f.take::<String>("user")? {
         tracing::debug!(user, "request user");
@@ -204,6 +213,7 @@ fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
         n,
         stream,
         include_usage,
+        cache_salt,
     })
 }
 

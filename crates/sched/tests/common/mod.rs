@@ -24,6 +24,19 @@ pub fn config(max_seqs: usize, prefill_chunk_tokens: usize, kv_blocks: usize) ->
         kv_budget: KvBudget::Blocks(kv_blocks),
         max_context_tokens: None,
         log_every_decode_steps: 0,
+        ..SchedulerConfig::default()
+    }
+}
+
+/// [`config`] with the prefix cache off: every prompt computed in full (the cold reference).
+pub fn cold_config(
+    max_seqs: usize,
+    prefill_chunk_tokens: usize,
+    kv_blocks: usize,
+) -> SchedulerConfig {
+    SchedulerConfig {
+        prefix_cache: false,
+        ..config(max_seqs, prefill_chunk_tokens, kv_blocks)
     }
 }
 
@@ -88,18 +101,52 @@ pub fn random_request(
             ignore_eos: rng.gen_bool(0.5),
         },
         logprobs,
+        cache_salt: None,
+    }
+}
+
+/// Makes about 60% of `requests` start with one of three shared prefixes (cut at a random
+/// length, so some share whole blocks and some end mid-block), keeping each prompt within
+/// `max_prompt`: what a chat server sees, many prompts that open with the same system text.
+pub fn share_prefixes(
+    rng: &mut StdRng,
+    requests: &mut [GenerationRequest],
+    vocab: u32,
+    avoid: &[u32],
+    max_prompt: usize,
+) {
+    let token = |rng: &mut StdRng| loop {
+        let t = rng.gen_range(0..vocab);
+        if !avoid.contains(&t) {
+            break t;
+        }
+    };
+    let prefixes: Vec<Vec<u32>> = (0..3)
+        .map(|_| {
+            let len = rng.gen_range(max_prompt.div_ceil(4)..=max_prompt);
+            (0..len).map(|_| token(rng)).collect()
+        })
+        .collect();
+    for r in requests.iter_mut() {
+        if rng.gen_bool(0.6) {
+            let prefix = &prefixes[rng.gen_range(0..3)];
+            let mut prompt = prefix[..rng.gen_range(1..=prefix.len())].to_vec();
+            prompt.extend_from_slice(&r.prompt_ids);
+            prompt.truncate(max_prompt);
+            r.prompt_ids = prompt;
+        }
     }
 }
 
 /// Each request alone, one after another, on a fresh scheduler that runs one sequence at a
-/// time and prefills whole prompts: the sequential reference.
+/// time, prefills whole prompts and caches nothing: the sequential, cold reference.
 pub fn run_alone<M: StepModel>(model: Arc<M>, requests: &[GenerationRequest]) -> Vec<Collected> {
     let blocks = requests
         .iter()
         .map(|r| (r.prompt_ids.len() + r.max_tokens).div_ceil(4))
         .max()
         .unwrap_or(1);
-    let handle = Scheduler::start(model, config(1, usize::MAX, blocks)).unwrap();
+    let handle = Scheduler::start(model, cold_config(1, usize::MAX, blocks)).unwrap();
     requests
         .iter()
         .map(|r| handle.submit(r.clone()).unwrap().collect_blocking())
@@ -131,7 +178,8 @@ pub fn assert_token_prefix(prefix: &[TokenEvent], full: &[TokenEvent], what: &st
     }
 }
 
-/// Two runs are the same, token for token and logprob for logprob.
+/// Two runs are the same, token for token and logprob for logprob; only how many prompt
+/// tokens came from the prefix cache may differ.
 pub fn assert_same_run(got: &Collected, want: &Collected, what: &str) {
     assert_eq!(
         got.tokens.len(),
@@ -141,7 +189,9 @@ pub fn assert_same_run(got: &Collected, want: &Collected, what: &str) {
         want.completion.finish_reason
     );
     assert_token_prefix(&got.tokens, &want.tokens, what);
-    assert_eq!(got.completion, want.completion, "{what}: completion");
+    let mut completion = got.completion.clone();
+    completion.usage.cached_tokens = want.completion.usage.cached_tokens;
+    assert_eq!(completion, want.completion, "{what}: completion");
 }
 
 /// Waits (polling) until `cond` holds on the handle's status, or panics after 20 s.

@@ -11,7 +11,10 @@ use ferrox_sched::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{assert_same_run, assert_token_prefix, config, random_request, run_alone, wait_for};
+use super::{
+    assert_same_run, assert_token_prefix, config, random_request, run_alone, share_prefixes,
+    wait_for,
+};
 
 /// The shape of a randomized run.
 #[derive(Debug, Clone)]
@@ -26,17 +29,28 @@ pub struct Spec {
     pub kv_blocks: usize,
 }
 
-/// Batched == sequential, token for token and logit for logit (every logprob bit for bit),
-/// under random arrival steps, prompt lengths, max_tokens, batch caps, chunk sizes and
-/// cancels. A cancelled request's tokens are a prefix of its sequential run. Returns how many
-/// requests ended cancelled.
+/// What a [`batched_equals_sequential`] run exercised, so a caller can check that it did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Exercised {
+    /// Requests that ended cancelled.
+    pub cancelled: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u64,
+}
+
+/// Batched and cached == sequential and cold, token for token and logit for logit (every
+/// logprob bit for bit), under random arrival steps, prompt lengths, shared prompt prefixes,
+/// max_tokens, batch caps, chunk sizes and cancels, on a pool small enough to evict. The
+/// reference runs each request alone with the prefix cache off. A cancelled request's tokens
+/// are a prefix of its sequential run. Afterwards every block is back and the pool's
+/// invariants hold.
 pub fn batched_equals_sequential<M: StepModel>(
     model: Arc<Probe<M>>,
     spec: &Spec,
     seed: u64,
-) -> usize {
+) -> Exercised {
     let mut rng = StdRng::seed_from_u64(seed);
-    let requests: Vec<GenerationRequest> = (0..spec.requests)
+    let mut requests: Vec<GenerationRequest> = (0..spec.requests)
         .map(|_| {
             random_request(
                 &mut rng,
@@ -48,6 +62,13 @@ pub fn batched_equals_sequential<M: StepModel>(
             )
         })
         .collect();
+    share_prefixes(
+        &mut rng,
+        &mut requests,
+        spec.vocab,
+        &spec.avoid,
+        spec.max_prompt,
+    );
     let reference = run_alone(Arc::clone(&model), &requests);
     let calls_before = model.calls().len();
 
@@ -124,7 +145,12 @@ pub fn batched_equals_sequential<M: StepModel>(
     wait_for(&handle, "every block back", |s| {
         s.blocks_free == total && s.running + s.prefilling + s.queued == 0
     });
-    cancelled
+    let counts = handle.audit_blocks().expect("the pool is consistent");
+    assert_eq!((counts.referenced, counts.refs), (0, 0), "seed {seed}");
+    Exercised {
+        cancelled,
+        cached_tokens: handle.status().prefix_cache_hits,
+    }
 }
 
 /// Chunk sizes 1, 7, 128 and whole-prompt give identical logits and tokens, with the rows
@@ -192,6 +218,7 @@ pub fn seed_is_independent_of_load<M: StepModel>(model: Arc<M>, spec: &Spec, see
             ..StopConfig::default()
         },
         logprobs: spec.logprobs,
+        cache_salt: None,
     };
     let alone = run_alone(Arc::clone(&model), std::slice::from_ref(&subject)).remove(0);
     let handle = Scheduler::start(Arc::clone(&model), config(8, 7, spec.kv_blocks)).unwrap();
