@@ -11,11 +11,18 @@
 //! The target is any server speaking the protocol: `ferrox serve` (the default URL) or
 //! llama-server (`--url http://127.0.0.1:8081`), so the two can be measured side by side by
 //! the same client. Plain `http://` only; the client is `ferrox_server::client`.
+//!
+//! That load is `--scenario load`, the default. `--scenario conversation` and
+//! `--scenario shared-prefix` reuse prompts on purpose (a chat resending its history, many
+//! users behind one system prompt): see `bench_reuse`. Every scenario times its requests
+//! with the one streaming reader here, `stream`, over either route.
 
 use std::time::{Duration, Instant};
 
 use ferrox_server::client::Endpoint;
 use serde_json::{json, Value};
+
+use crate::bench_reuse;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchServeArgs {
@@ -26,16 +33,28 @@ pub struct BenchServeArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub url: String,
-    /// Concurrency levels, comma-separated.
-    #[arg(short = 'n', long, value_delimiter = ',', default_values_t = vec![1, 4, 8, 16])]
+    /// What to send: unique completions per level (load), one multi-turn chat
+    /// (conversation), or concurrent chats behind one system prompt (shared-prefix).
+    #[arg(long, value_enum, default_value_t = Scenario::Load)]
+    pub scenario: Scenario,
+    /// Concurrency levels, comma-separated [default: 1,4,8,16; shared-prefix: 16].
+    #[arg(short = 'n', long, value_delimiter = ',')]
     pub concurrency: Vec<usize>,
-    /// Approximate prompt length in tokens (words of a unique generated text).
+    /// Approximate prompt length in tokens (words of a unique generated text); load only.
     #[arg(long, default_value_t = 100)]
     pub prompt_words: usize,
-    /// Tokens generated per request (with ignore_eos, exactly this many).
-    #[arg(long, default_value_t = 128)]
-    pub max_tokens: usize,
-    /// Waves per level; the statistics pool every wave.
+    /// Tokens generated per request [default: 128 (load, with ignore_eos: exactly this
+    /// many); conversation: 16 per turn; shared-prefix: 32].
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// User turns of the conversation scenario.
+    #[arg(long, default_value_t = 4)]
+    pub turns: usize,
+    /// Words of the generated system prompt [default: conversation 1500 (~1,780 Gemma 3
+    /// tokens); shared-prefix 1270 (~1,500 tokens)].
+    #[arg(long)]
+    pub system_words: Option<usize>,
+    /// Waves per level (conversations, for conversation); the statistics pool every wave.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
     /// `model` to send (ferrox and llama-server accept requests without one).
@@ -49,18 +68,88 @@ pub struct BenchServeArgs {
     pub json: bool,
 }
 
+/// The load `ferrox bench serve` generates.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// N concurrent completions, every prompt unique (the default).
+    Load,
+    /// One chat resending its growing history each turn; TTFT per turn.
+    Conversation,
+    /// N concurrent chats behind one system prompt, each with its own question.
+    SharedPrefix,
+}
+
+impl BenchServeArgs {
+    /// `--max-tokens`, or the scenario's default.
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens.unwrap_or(match self.scenario {
+            Scenario::Load => 128,
+            Scenario::Conversation => 16,
+            Scenario::SharedPrefix => 32,
+        })
+    }
+
+    /// `--system-words`, or the scenario's default.
+    pub fn system_words(&self) -> usize {
+        self.system_words
+            .unwrap_or(if self.scenario == Scenario::SharedPrefix {
+                1270
+            } else {
+                1500
+            })
+    }
+
+    /// `-n`, or the scenario's default levels.
+    pub fn levels(&self) -> Vec<usize> {
+        match (self.concurrency.is_empty(), self.scenario) {
+            (false, _) => self.concurrency.clone(),
+            (true, Scenario::SharedPrefix) => vec![16],
+            (true, _) => vec![1, 4, 8, 16],
+        }
+    }
+
+    /// Refuses flags the scenario cannot honour, before anything is sent.
+    fn check(&self) -> Result<(), String> {
+        if self.scenario == Scenario::Conversation {
+            if !self.concurrency.is_empty() {
+                return Err("-n does not apply to --scenario conversation: it runs one \
+                            conversation at a time (--rounds repeats it)"
+                    .into());
+            }
+            if self.turns == 0 {
+                return Err("--turns must be at least 1".into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
+/// One streaming request to send: its route and its JSON body.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub path: &'static str,
+    pub body: Value,
+}
+
 /// What one streaming request measured.
 #[derive(Debug, Default, Clone)]
-struct RequestTiming {
-    ttft: Option<Duration>,
-    itl: Vec<Duration>,
-    output_tokens: usize,
-    prompt_tokens: Option<usize>,
+pub struct RequestTiming {
+    pub ttft: Option<Duration>,
+    pub itl: Vec<Duration>,
+    /// The usage's `completion_tokens`, else the number of chunks with text.
+    pub output_tokens: usize,
+    pub prompt_tokens: Option<usize>,
+    /// The reply's text, every chunk's joined (a conversation sends it back).
+    pub text: String,
 }
 
 /// One level's results.
 #[derive(Debug, Clone)]
-struct LevelReport {
+pub struct LevelReport {
     concurrency: usize,
     requests: usize,
     failed: usize,
@@ -72,6 +161,7 @@ struct LevelReport {
 }
 
 pub fn bench_serve(args: BenchServeArgs) -> Result<(), String> {
+    args.check()?;
     let endpoint = Endpoint::parse(&args.url).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -79,32 +169,64 @@ pub fn bench_serve(args: BenchServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        // Warm-up: one short request, which also checks that the server is there.
-        let warm = one_request(&endpoint, &args, "Warm up.".into(), 8);
-        tokio::time::timeout(Duration::from_secs(args.timeout), warm)
+        // Warm-up: one short request on the scenario's route, which also checks that the
+        // server is there.
+        let warm = match args.scenario {
+            Scenario::Load => completion_request(&args, "Warm up.".into(), 8),
+            _ => bench_reuse::chat_request(&args, bench_reuse::warm_up_messages(), 8),
+        };
+        stream_within(&endpoint, warm, args.timeout())
             .await
-            .map_err(|_| "the warm-up request timed out".to_string())?
             .map_err(|e| format!("{}: {e} (is `ferrox serve` running?)", args.url))?;
-        let mut reports = Vec::new();
-        for &n in &args.concurrency {
-            let report = level(&endpoint, &args, n).await;
-            if !args.json {
-                print_row(&report, reports.is_empty());
-            }
-            reports.push(report);
+        match args.scenario {
+            Scenario::Load => load(&endpoint, &args).await,
+            Scenario::Conversation => bench_reuse::conversation(&endpoint, &args).await,
+            Scenario::SharedPrefix => bench_reuse::shared_prefix(&endpoint, &args).await,
         }
-        if args.json {
-            let levels: Vec<Value> = reports.iter().map(report_json).collect();
-            println!(
-                "{}",
-                json!({"url": args.url, "max_tokens": args.max_tokens, "levels": levels})
-            );
-        }
-        Ok(())
     })
 }
 
-async fn level(endpoint: &Endpoint, args: &BenchServeArgs, n: usize) -> LevelReport {
+/// The default scenario: unique completions, level by level.
+async fn load(endpoint: &Endpoint, args: &BenchServeArgs) -> Result<(), String> {
+    let reports = run_levels(endpoint, args, |n, round, i| {
+        let prompt = unique_prompt(n, round, i, args.prompt_words);
+        completion_request(args, prompt, args.max_tokens())
+    })
+    .await;
+    if args.json {
+        let levels: Vec<Value> = reports.iter().map(report_json).collect();
+        println!(
+            "{}",
+            json!({"url": args.url, "max_tokens": args.max_tokens(), "levels": levels})
+        );
+    }
+    Ok(())
+}
+
+/// Every level of `args.levels()` in turn, its rows printed as they finish unless `--json`.
+/// `request_for(n, round, i)` is the request of user `i` in wave `round` of level `n`.
+pub async fn run_levels(
+    endpoint: &Endpoint,
+    args: &BenchServeArgs,
+    request_for: impl Fn(usize, usize, usize) -> Request,
+) -> Vec<LevelReport> {
+    let mut reports = Vec::new();
+    for n in args.levels() {
+        let report = level(endpoint, args, n, &request_for).await;
+        if !args.json {
+            print_row(&report, reports.is_empty());
+        }
+        reports.push(report);
+    }
+    reports
+}
+
+async fn level(
+    endpoint: &Endpoint,
+    args: &BenchServeArgs,
+    n: usize,
+    request_for: &impl Fn(usize, usize, usize) -> Request,
+) -> LevelReport {
     let mut report = LevelReport {
         concurrency: n,
         requests: 0,
@@ -117,33 +239,31 @@ async fn level(endpoint: &Endpoint, args: &BenchServeArgs, n: usize) -> LevelRep
     };
     let mut prompt_tokens = Vec::new();
     for round in 0..args.rounds.max(1) {
+        let requests: Vec<Request> = (0..n).map(|i| request_for(n, round, i)).collect();
         let start = Instant::now();
-        let tasks: Vec<_> = (0..n)
-            .map(|i| {
+        let tasks: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
                 let endpoint = endpoint.clone();
-                let args = args.clone();
-                let prompt = unique_prompt(n, round, i, args.prompt_words);
-                tokio::spawn(async move {
-                    let req = one_request(&endpoint, &args, prompt, args.max_tokens);
-                    tokio::time::timeout(Duration::from_secs(args.timeout), req).await
-                })
+                let timeout = args.timeout();
+                tokio::spawn(async move { stream_within(&endpoint, request, timeout).await })
             })
             .collect();
         for task in tasks {
             report.requests += 1;
             match task.await {
-                Ok(Ok(Ok(t))) => {
+                Ok(Ok(t)) => {
                     report.output_tokens += t.output_tokens;
                     report.ttft.extend(t.ttft);
                     report.itl.extend(t.itl);
                     prompt_tokens.extend(t.prompt_tokens);
                 }
-                Ok(Ok(Err(e))) => {
+                Ok(Err(e)) => {
                     eprintln!("request failed: {e}");
                     report.failed += 1;
                 }
-                _ => {
-                    eprintln!("request timed out");
+                Err(e) => {
+                    eprintln!("request task failed: {e}");
                     report.failed += 1;
                 }
             }
@@ -165,25 +285,35 @@ fn unique_prompt(n: usize, round: usize, i: usize, words: usize) -> String {
         "signal", "forest", "candle", "marble", "thunder", "window", "garden", "silver", "canyon",
         "ribbon", "pepper", "glacier", "compass", "velvet", "anchor",
     ];
-    let mut state = (n * 1_000_003 + round * 10_007 + i) as u64 ^ 0x9E37_79B9_7F4A_7C15;
+    let mut rng = WordRng((n * 1_000_003 + round * 10_007 + i) as u64 ^ 0x9E37_79B9_7F4A_7C15);
     let mut out = format!("Story {n}-{round}-{i}:");
     for _ in 0..words.saturating_sub(4) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
         out.push(' ');
-        out.push_str(WORDS[(state % WORDS.len() as u64) as usize]);
+        out.push_str(rng.pick(WORDS));
     }
     out.push_str(". Continue the story.");
     out
 }
 
-async fn one_request(
-    endpoint: &Endpoint,
-    args: &BenchServeArgs,
-    prompt: String,
-    max_tokens: usize,
-) -> Result<RequestTiming, String> {
+/// Xorshift64 over word lists: generated prompts are the same on every machine and run, so
+/// two servers measured side by side see the same bytes. The state must not be zero.
+pub struct WordRng(pub u64);
+
+impl WordRng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
+        words[(self.next_u64() % words.len() as u64) as usize]
+    }
+}
+
+/// The load's request: a streaming completion of `prompt`, exactly `max_tokens` long.
+fn completion_request(args: &BenchServeArgs, prompt: String, max_tokens: usize) -> Request {
     let mut body = json!({
         "prompt": prompt,
         "max_tokens": max_tokens,
@@ -195,9 +325,30 @@ async fn one_request(
     if let Some(m) = &args.model {
         body["model"] = json!(m);
     }
+    Request {
+        path: "/v1/completions",
+        body,
+    }
+}
+
+/// `stream`, given up after `timeout`.
+pub async fn stream_within(
+    endpoint: &Endpoint,
+    request: Request,
+    timeout: Duration,
+) -> Result<RequestTiming, String> {
+    tokio::time::timeout(timeout, stream(endpoint, &request))
+        .await
+        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
+}
+
+/// Sends one streaming request and times its chunks. A chunk's text is `choices[0].text`
+/// (completions) or `choices[0].delta.content` (chat); chunks without text (a chat's role
+/// chunk, the finish chunk, the usage chunk) are not timed.
+async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming, String> {
     let sent = Instant::now();
     let response = endpoint
-        .post_json("/v1/completions", &body)
+        .post_json(request.path, &request.body)
         .await
         .map_err(|e| e.to_string())?;
     if response.status != 200 {
@@ -223,11 +374,9 @@ async fn one_request(
             usage_tokens = u["completion_tokens"].as_u64().map(|t| t as usize);
             timing.prompt_tokens = u["prompt_tokens"].as_u64().map(|t| t as usize);
         }
-        let has_text = chunk["choices"]
-            .get(0)
-            .and_then(|c| c["text"].as_str())
-            .is_some_and(|t| !t.is_empty());
-        if has_text {
+        let text = chunk_text(&chunk).filter(|t| !t.is_empty());
+        if let Some(text) = text {
+            timing.text.push_str(text);
             chunks_with_text += 1;
             match last {
                 None => timing.ttft = Some(now - sent),
@@ -240,13 +389,21 @@ async fn one_request(
     Ok(timing)
 }
 
+/// The text a chunk carries on either route, if any.
+fn chunk_text(chunk: &Value) -> Option<&str> {
+    let choice = chunk["choices"].get(0)?;
+    choice["text"]
+        .as_str()
+        .or_else(|| choice["delta"]["content"].as_str())
+}
+
 /// The percentile `p` (0..=100) of `xs` in milliseconds, interpolated linearly between the
 /// two nearest ranks: numpy's default, which vLLM's `benchmark_serving` (np.percentile,
 /// np.median) and the anchors in `../shared/anchors.md` use. It matters at a step in the
 /// distribution: with 16 requests and 8 slots, the median lies halfway between the last
 /// request of the first wave and the first of the second, where nearest-rank would report
 /// the first wave's last one.
-fn percentile_ms(xs: &[Duration], p: f64) -> Option<f64> {
+pub fn percentile_ms(xs: &[Duration], p: f64) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }
@@ -257,7 +414,7 @@ fn percentile_ms(xs: &[Duration], p: f64) -> Option<f64> {
     Some(v[lo] + (v[hi] - v[lo]) * (pos - lo as f64))
 }
 
-fn tok_per_s(r: &LevelReport) -> f64 {
+pub fn tok_per_s(r: &LevelReport) -> f64 {
     r.output_tokens as f64 / r.wall.as_secs_f64().max(1e-9)
 }
 
@@ -292,7 +449,7 @@ fn print_row(r: &LevelReport, header: bool) {
     );
 }
 
-fn report_json(r: &LevelReport) -> Value {
+pub fn report_json(r: &LevelReport) -> Value {
     json!({
         "concurrency": r.concurrency,
         "requests": r.requests,
@@ -323,6 +480,45 @@ mod tests {
         assert!(near(percentile_ms(&xs, 100.0), 10.0));
         assert!(near(percentile_ms(&xs[..1], 50.0), 1.0));
         assert_eq!(percentile_ms(&[], 50.0), None);
+    }
+
+    #[test]
+    fn chunk_text_reads_both_routes() {
+        let completion = json!({"choices": [{"index": 0, "text": "Hi"}]});
+        let chat = json!({"choices": [{"index": 0, "delta": {"content": "Hi"}}]});
+        let role = json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]});
+        let usage = json!({"choices": [], "usage": {"completion_tokens": 3}});
+        assert_eq!(chunk_text(&completion), Some("Hi"));
+        assert_eq!(chunk_text(&chat), Some("Hi"));
+        assert_eq!(chunk_text(&role), None);
+        assert_eq!(chunk_text(&usage), None);
+    }
+
+    #[test]
+    fn scenario_defaults() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchServeArgs,
+        }
+        let parse = |argv: &[&str]| Cli::parse_from(argv).args;
+        let load = parse(&["x"]);
+        assert_eq!((load.scenario, load.max_tokens()), (Scenario::Load, 128));
+        assert_eq!(load.levels(), vec![1, 4, 8, 16]);
+        let shared = parse(&["x", "--scenario", "shared-prefix"]);
+        assert_eq!((shared.max_tokens(), shared.levels()), (32, vec![16]));
+        assert_eq!((shared.system_words(), load.system_words()), (1270, 1500));
+        let conv = parse(&["x", "--scenario", "conversation", "--max-tokens", "8"]);
+        assert_eq!((conv.max_tokens(), conv.turns), (8, 4));
+        assert_eq!(parse(&["x", "-n", "2,3"]).levels(), vec![2, 3]);
+        assert!(parse(&["x", "--scenario", "conversation", "-n", "2"])
+            .check()
+            .is_err());
+        assert!(parse(&["x", "--scenario", "conversation", "--turns", "0"])
+            .check()
+            .is_err());
+        assert!(parse(&["x", "-n", "2"]).check().is_ok());
     }
 
     #[test]

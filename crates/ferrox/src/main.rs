@@ -1,6 +1,7 @@
 //! The `ferrox` command: inspect a GGUF, tokenize, run a prompt, benchmark, serve.
 
 mod bench;
+mod bench_reuse;
 mod bench_serve;
 mod inspect;
 mod pull;
@@ -48,7 +49,8 @@ struct BenchCmd {
 
 #[derive(Subcommand)]
 enum BenchSub {
-    /// Fire concurrent streaming requests at a server and report tok/s, TTFT and ITL.
+    /// Fire concurrent streaming requests at a server and report tok/s, TTFT and ITL
+    /// (`--scenario conversation` / `shared-prefix`: chat load that reuses prompts).
     Serve(bench_serve::BenchServeArgs),
 }
 
