@@ -107,7 +107,17 @@ pub(crate) fn attend(
         shape.n_head_kv > 0 && shape.n_head.is_multiple_of(shape.n_head_kv),
         "query heads must split evenly over KV heads"
     );
-    let mut tiles = tiles(queries);
+    // A short chunk would make fewer tasks than threads (a 14-token chunk of a one-KV-head
+    // model is ONE task, and attention over a long context ran on one thread): split its
+    // tiles so every thread gets work. Each query's arithmetic does not depend on its tile.
+    let tasks_at_full_tiles = queries.len().div_ceil(TILE) * shape.n_head_kv;
+    let tile = if tasks_at_full_tiles < pool.n_threads() {
+        let per_head = pool.n_threads().div_ceil(shape.n_head_kv);
+        queries.len().div_ceil(per_head).clamp(1, TILE)
+    } else {
+        TILE
+    };
+    let mut tiles = tiles(queries, tile);
     // Longest first: the cost of a tile grows with its last position.
     tiles.sort_by_key(|t| std::cmp::Reverse(queries[t.end - 1].pos));
     let out_ptr = OutPtr(out.as_mut_ptr());
@@ -130,15 +140,16 @@ pub(crate) fn attend(
     pool.for_each(tiles.len() * shape.n_head_kv, &task);
 }
 
-/// Splits the queries into runs of at most [`TILE`] consecutive rows of one sequence.
-fn tiles(queries: &[Query]) -> Vec<std::ops::Range<usize>> {
+/// Splits the queries into runs of at most `tile` (≤ [`TILE`]) consecutive rows of one
+/// sequence.
+fn tiles(queries: &[Query], tile: usize) -> Vec<std::ops::Range<usize>> {
     let mut tiles = Vec::new();
     let mut start = 0;
     for i in 1..=queries.len() {
         let same_seq = i < queries.len()
             && std::ptr::eq(queries[i].blocks, queries[start].blocks)
             && queries[i].pos == queries[i - 1].pos + 1;
-        if !same_seq || i - start == TILE {
+        if !same_seq || i - start == tile {
             tiles.push(start..i);
             start = i;
         }

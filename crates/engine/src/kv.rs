@@ -75,6 +75,29 @@ impl KvCache {
         self.n_blocks
     }
 
+    /// Copies the K and V of the first `positions` slots of block `from` into block `to`, in
+    /// every layer: the prefix cache's way to reuse part of a block another sequence owns
+    /// (the values are the same bits a forward would write there).
+    pub fn copy_positions(&mut self, from: BlockId, to: BlockId, positions: usize) {
+        assert!(
+            positions <= self.block_size,
+            "a block holds {} positions",
+            self.block_size
+        );
+        assert!((from as usize) < self.n_blocks && (to as usize) < self.n_blocks);
+        if from == to {
+            return;
+        }
+        let d = self.kv_dim();
+        let n = positions * d;
+        for layer in 0..self.shape.n_layers {
+            let src = self.offset(layer, &[from], 0);
+            let dst = self.offset(layer, &[to], 0);
+            self.k.copy_within(src..src + n, dst);
+            self.v.copy_within(src..src + n, dst);
+        }
+    }
+
     fn kv_dim(&self) -> usize {
         self.shape.n_kv_heads * self.shape.head_dim
     }

@@ -15,6 +15,13 @@
 //!   leases is always a named, full block, which nobody writes again: only a block that is
 //!   referenced once and unnamed is ever written (the worker checks this in debug builds).
 //!
+//! A named block is either full (found by name: attached whole) or a *tail*, the partly
+//! computed last block of a finished request (never attached: it cannot be shared, since its
+//! next holder would write the rest of it). Every named block is also filed under its
+//! parent's name with its tokens, so a prompt whose next block matches a cached one only in
+//! part can copy the positions they share ([`BlockPool::best_prefix`]): the next turn of a
+//! conversation resends the answer that ended mid-block, and the copy saves recomputing it.
+//!
 //! A lease releases its blocks last to first, so the tail of a chain becomes evictable before
 //! its head: eviction eats a cached prefix from its end, and what is left is still a usable
 //! prefix. A [`KvLease`] returns its blocks in `Drop`, so no exit path (finish, cancel,
@@ -38,8 +45,14 @@ pub struct BlockPool {
 struct PoolState {
     /// Leases holding each block.
     refs: Vec<u32>,
-    /// Each block's content name, once it is full and indexed.
+    /// Each block's content name, once it is full (or a kept tail) and indexed.
     name: Vec<Option<BlockHash>>,
+    /// For named blocks: the name of the block before it (or the chain's root), and its
+    /// tokens (`block_size` of them for a full block, fewer for a tail).
+    parent: Vec<BlockHash>,
+    tokens: Vec<Vec<u32>>,
+    /// Named blocks filed by their parent's name.
+    children: HashMap<BlockHash, Vec<BlockId>>,
     /// When each cached block was last released (its key in `evictable`).
     released_at: Vec<u64>,
     /// Free ids, used as a stack (the most recently freed block is reused first).
@@ -91,6 +104,9 @@ impl BlockPool {
             inner: Arc::new(Mutex::new(PoolState {
                 refs: vec![0; total_blocks],
                 name: vec![None; total_blocks],
+                parent: vec![0; total_blocks],
+                tokens: vec![Vec::new(); total_blocks],
+                children: HashMap::new(),
                 released_at: vec![0; total_blocks],
                 free: (0..total_blocks as BlockId).rev().collect(),
                 index: HashMap::new(),
@@ -144,6 +160,25 @@ impl BlockPool {
             blocks,
             pool: Arc::clone(&self.inner),
         })
+    }
+
+    /// The cached block filed under `parent` whose tokens start with the longest run of
+    /// `want`, and that run's length (at least 1): its first positions can be copied
+    /// ([`crate::StepModel::copy_kv`]) instead of computed. Takes no reference: copy before
+    /// any forward writes to the pool.
+    pub fn best_prefix(&self, parent: BlockHash, want: &[u32]) -> Option<(BlockId, usize)> {
+        let state = lock(&self.inner);
+        let common = |b: BlockId| {
+            let t = &state.tokens[b as usize];
+            t.iter().zip(want).take_while(|(a, b)| a == b).count()
+        };
+        state
+            .children
+            .get(&parent)?
+            .iter()
+            .map(|&b| (b, common(b)))
+            .max_by_key(|&(_, n)| n)
+            .filter(|&(_, n)| n > 0)
     }
 
     pub fn total_blocks(&self) -> usize {
@@ -205,6 +240,14 @@ impl BlockPool {
             if state.name[b as usize] != Some(*name) {
                 return Err(format!("the index names block {b} wrongly"));
             }
+            let filed = state.children.get(&state.parent[b as usize]);
+            if filed.map_or(0, |c| c.iter().filter(|&&c| c == b).count()) != 1 {
+                return Err(format!("block {b} is not filed once under its parent"));
+            }
+        }
+        let filed: usize = state.children.values().map(Vec::len).sum();
+        if filed != state.index.len() {
+            return Err(format!("{filed} blocks filed, {} named", state.index.len()));
         }
         let named = state.name.iter().filter(|n| n.is_some()).count();
         if named != state.index.len() {
@@ -254,12 +297,25 @@ impl PoolState {
                     .expect("the caller checked availability");
                 let name = self.name[b as usize].take().expect("evictable is named");
                 self.index.remove(&name);
+                self.unfile(b);
                 self.evictions += 1;
                 b
             }
         };
         self.refs[b as usize] = 1;
         b
+    }
+
+    /// Takes an evicted block out of its parent's file.
+    fn unfile(&mut self, b: BlockId) {
+        let parent = self.parent[b as usize];
+        if let Some(siblings) = self.children.get_mut(&parent) {
+            siblings.retain(|&s| s != b);
+            if siblings.is_empty() {
+                self.children.remove(&parent);
+            }
+        }
+        self.tokens[b as usize].clear();
     }
 
     /// One lease lets go of `b`.
@@ -285,19 +341,24 @@ impl KvLease {
         &self.blocks
     }
 
-    /// Names table entry `i`, which the holder has just finished computing, so later
-    /// requests can find it. If another block already carries the name (two requests
-    /// computed the same block at once), this one stays private and unnamed. A no-op with
-    /// caching off.
-    pub fn publish(&mut self, i: usize, name: BlockHash) {
+    /// Names table entry `i`, which the holder has just finished computing — all of it, or
+    /// (a tail, as the holder ends) its first `tokens.len()` positions — and files it under
+    /// `parent` with its tokens, so later requests can find it. If another block already
+    /// carries the name (two requests computed the same block at once), this one stays
+    /// private and unnamed. A no-op with caching off.
+    pub fn publish(&mut self, i: usize, name: BlockHash, parent: BlockHash, tokens: &[u32]) {
         let mut state = lock(&self.pool);
         let b = self.blocks[i];
         if !state.caching || state.name[b as usize].is_some() || state.index.contains_key(&name) {
             return;
         }
         debug_assert_eq!(state.refs[b as usize], 1, "a private block has one holder");
-        state.name[b as usize] = Some(name);
+        let at = b as usize;
+        state.name[at] = Some(name);
+        state.parent[at] = parent;
+        state.tokens[at] = tokens.to_vec();
         state.index.insert(name, b);
+        state.children.entry(parent).or_default().push(b);
     }
 
     /// Replaces table entry `i` (a private block not yet written) by the cached block named
@@ -373,9 +434,9 @@ mod tests {
     fn a_published_block_is_shared_then_cached_then_evicted_tail_first() {
         let pool = BlockPool::new(4, true);
         let mut a = pool.lease(&[], 3).unwrap();
-        a.publish(0, 10);
-        a.publish(1, 11);
-        a.publish(2, 11); // the name is taken: block 2 stays private
+        a.publish(0, 10, 0, &[1]);
+        a.publish(1, 11, 10, &[2]);
+        a.publish(2, 11, 11, &[3]); // the name is taken: block 2 stays private
         assert_eq!(pool.lookup(&[10, 11, 12]), a.blocks()[..2].to_vec());
         // Shared while a holds them: the two named blocks cost b nothing.
         let hits = pool.lookup(&[10, 11]);
@@ -409,7 +470,7 @@ mod tests {
     fn attach_swaps_a_private_block_for_the_cached_one() {
         let pool = BlockPool::new(4, true);
         let mut a = pool.lease(&[], 1).unwrap();
-        a.publish(0, 7);
+        a.publish(0, 7, 0, &[1]);
         let mut b = pool.lease(&[], 2).unwrap();
         assert!(!b.attach(0, 8), "nothing is named 8");
         assert!(b.attach(0, 7));
@@ -420,10 +481,28 @@ mod tests {
     }
 
     #[test]
+    fn best_prefix_finds_the_longest_shared_start_under_a_parent() {
+        let pool = BlockPool::new(4, true);
+        let mut a = pool.lease(&[], 3).unwrap();
+        a.publish(0, 10, 1, &[5, 6, 7, 8]);
+        a.publish(1, 11, 1, &[5, 6, 9]); // a tail
+        a.publish(2, 12, 2, &[5, 6, 7, 8]);
+        assert_eq!(pool.best_prefix(1, &[5, 6, 7, 0]), Some((a.blocks()[0], 3)));
+        assert_eq!(pool.best_prefix(1, &[5, 6, 9, 9]), Some((a.blocks()[1], 3)));
+        assert_eq!(pool.best_prefix(1, &[4]), None);
+        assert_eq!(pool.best_prefix(3, &[5]), None);
+        drop(a);
+        // Evicted blocks leave their parent's file.
+        let _b = pool.lease(&[], 4).unwrap();
+        assert_eq!(pool.best_prefix(1, &[5]), None);
+        pool.audit().unwrap();
+    }
+
+    #[test]
     fn caching_off_names_nothing() {
         let pool = BlockPool::new(2, false);
         let mut a = pool.lease(&[], 1).unwrap();
-        a.publish(0, 1);
+        a.publish(0, 1, 0, &[1]);
         assert!(pool.lookup(&[1]).is_empty());
         drop(a);
         assert_eq!(pool.audit().unwrap().free, 2);
@@ -452,7 +531,8 @@ mod tests {
                     let j = rng.gen_range(0..lease.blocks().len().max(1));
                     if j < lease.blocks().len() && lease.writable(j..j + 1) {
                         if rng.gen_bool(0.5) {
-                            lease.publish(j, name(*c, j));
+                            let parent = if j == 0 { 0 } else { name(*c, j - 1) };
+                            lease.publish(j, name(*c, j), parent, &[j as u32; 2]);
                         } else {
                             lease.attach(j, name(*c, j));
                         }

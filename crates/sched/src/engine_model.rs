@@ -3,6 +3,7 @@
 //! control token is empty (llama.cpp's `special = false` rendering), so a control token that
 //! is not a stop token adds nothing to the output.
 
+use ferrox_engine::kv::BlockId;
 use ferrox_engine::{EngineError, KvCache, KvShape, Model, SeqChunk};
 
 use crate::model::StepModel;
@@ -25,6 +26,10 @@ impl StepModel for Model {
 
     fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> KvCache {
         self.new_kv_cache(block_size_tokens, n_blocks)
+    }
+
+    fn copy_kv(&self, kv: &mut KvCache, from: BlockId, to: BlockId, positions: usize) {
+        kv.copy_positions(from, to, positions);
     }
 
     fn forward(

@@ -1,15 +1,15 @@
 //! The narrow view the scheduler has of a model: [`StepModel`].
 //!
-//! The scheduler needs six things from a model: its KV geometry (for the byte arithmetic of
+//! The scheduler needs seven things from a model: its KV geometry (for the byte arithmetic of
 //! admission), its vocabulary size (to validate requests), its trained context, a KV cache of
-//! a given number of blocks, ONE forward over a batch of [`SeqChunk`]s, and per-token facts
-//! for the stop matcher (end-of-generation? which bytes does it add?). Everything else about
+//! a given number of blocks, ONE forward over a batch of [`SeqChunk`]s, a copy of part of one
+//! block into another (the prefix cache), and per-token facts for the stop matcher (end-of-generation? which bytes does it add?). Everything else about
 //! the model stays on its side of this trait, which is why the scheduler can be tested against
 //! [`crate::testkit::FakeModel`] — a model whose "attention" reads every position of its
 //! sequence back from its KV blocks, so any batching or block-table mistake shows up — and
 //! run in production against `ferrox_engine::Model` without a line of difference.
 
-use ferrox_engine::kv::{KvShape, SeqChunk};
+use ferrox_engine::kv::{BlockId, KvShape, SeqChunk};
 
 /// A model the scheduler can step. Shared as `Arc<M>` between the handle (which reads its
 /// geometry to refuse requests) and the one worker thread (which runs it).
@@ -36,6 +36,9 @@ pub trait StepModel: Send + Sync + 'static {
         chunks: &[SeqChunk<'_>],
         logits: &mut Vec<f32>,
     ) -> Result<(), Self::Error>;
+    /// Copies the KV of the first `positions` slots of block `from` into block `to` (the
+    /// prefix cache reuses part of a block this way; `from == to` is a no-op).
+    fn copy_kv(&self, kv: &mut Self::Kv, from: BlockId, to: BlockId, positions: usize);
     /// Runs `f(0)`, ..., `f(n - 1)` on the model's threads (the worker samples a step's rows
     /// this way) and returns when all are done; a panic in one is re-raised here. The
     /// default runs them in order on the calling thread.

@@ -89,11 +89,12 @@ impl Finish {
 
 impl Row {
     /// Admits a waiting request onto its leased blocks, the first `attached` of which came
-    /// from the cache; its queue slot is released here.
+    /// from the cache, and the first `copied` positions of the next one copied from a cached
+    /// block; its queue slot is released here.
     pub(crate) fn admit(
         pending: Pending,
         lease: KvLease,
-        attached: usize,
+        (attached, copied): (usize, usize),
         block_size: usize,
         hasher: Option<BlockHasher>,
     ) -> Self {
@@ -113,13 +114,13 @@ impl Row {
             id,
             tokens,
             prompt_tokens,
-            computed: attached * block_size,
+            computed: attached * block_size + copied,
             block_size,
             hasher,
             root,
             chain,
             published: attached,
-            cached_tokens: attached * block_size,
+            cached_tokens: attached * block_size + copied,
             max_tokens: request.max_tokens,
             logprobs: request.logprobs,
             sampler: Sampler::new(request.sampling),
@@ -216,9 +217,36 @@ impl Row {
             &mut self.chain,
         );
         for b in self.published..full {
-            self.lease.publish(b, self.chain[b]);
+            let tokens = &self.tokens[b * self.block_size..(b + 1) * self.block_size];
+            self.lease.publish(b, self.chain[b], self.parent(b), tokens);
         }
         self.published = full;
+    }
+
+    /// The name block `b` hangs from.
+    fn parent(&self, b: usize) -> BlockHash {
+        if b == 0 {
+            self.root
+        } else {
+            self.chain[b - 1]
+        }
+    }
+
+    /// As the row ends: keeps its partly computed last block cached as a tail, so a request
+    /// that resends these tokens (the next turn of a conversation) can copy them.
+    pub(crate) fn keep_tail(&mut self) {
+        let Some(hasher) = &self.hasher else {
+            return;
+        };
+        let b = self.computed / self.block_size;
+        let tokens = &self.tokens[b * self.block_size..self.computed];
+        if tokens.is_empty() || b < self.published {
+            return;
+        }
+        let parent = self.parent(b);
+        // A tail's name hashes its length too, so it never equals a full block's.
+        self.lease
+            .publish(b, hasher.block(parent, tokens), parent, tokens);
     }
 
     /// Whether the blocks the next `n` positions go to belong to this row alone and are

@@ -142,6 +142,11 @@ impl StepModel for FakeModel {
         }
     }
 
+    fn copy_kv(&self, kv: &mut FakeKv, from: BlockId, to: BlockId, positions: usize) {
+        let (from, to) = (from as usize * kv.block_size, to as usize * kv.block_size);
+        kv.slots.copy_within(from..from + positions, to);
+    }
+
     fn forward(
         &self,
         kv: &mut FakeKv,
@@ -296,6 +301,10 @@ impl<M: StepModel> StepModel for Probe<M> {
 
     fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> M::Kv {
         self.inner.new_kv(block_size_tokens, n_blocks)
+    }
+
+    fn copy_kv(&self, kv: &mut M::Kv, from: BlockId, to: BlockId, positions: usize) {
+        self.inner.copy_kv(kv, from, to, positions)
     }
 
     fn forward(

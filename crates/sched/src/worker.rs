@@ -203,15 +203,42 @@ impl<M: StepModel> Worker<M> {
             let attachable =
                 Row::attachable_blocks(prompt_tokens, block_size).min(front.chain.len());
             let hits = self.pool.lookup(&front.chain[..attachable]);
+            // The next block may match a cached one in part (a conversation's last answer
+            // ended mid-block): those positions are copied, short of the last prompt token.
+            let base = hits.len() * block_size;
+            let upto = (base + block_size).min(prompt_tokens - 1);
+            let parent = hits
+                .len()
+                .checked_sub(1)
+                .map_or(front.root, |b| front.chain[b]);
+            let partial = match (&self.hasher, upto > base) {
+                (Some(_), true) => self
+                    .pool
+                    .best_prefix(parent, &front.request.prompt_ids[base..upto]),
+                _ => None,
+            };
             let Ok(lease) = self.pool.lease(&hits, front.blocks_needed - hits.len()) else {
                 return;
             };
+            // Before any forward: the source's positions are intact even if leasing just
+            // reclaimed it.
+            let copied = partial.map_or(0, |(from, n)| {
+                self.model
+                    .copy_kv(&mut self.kv, from, lease.blocks()[hits.len()], n);
+                n
+            });
             let pending = self.queue.pop_front().expect("front was just seen");
             if self.hasher.is_some() {
                 self.stats.prefix_cache_queries += prompt_tokens as u64;
-                self.stats.prefix_cache_hits += (hits.len() * block_size) as u64;
+                self.stats.prefix_cache_hits += (base + copied) as u64;
             }
-            let row = Row::admit(pending, lease, hits.len(), block_size, self.hasher.clone());
+            let row = Row::admit(
+                pending,
+                lease,
+                (hits.len(), copied),
+                block_size,
+                self.hasher.clone(),
+            );
             self.order.push(row.id);
             self.rows.insert(row.id, row);
             self.stats.requests_admitted += 1;
@@ -389,11 +416,16 @@ impl<M: StepModel> Worker<M> {
             .collect()
     }
 
-    /// The one exit from the batch: sends `Done`, drops the row and with it the KV lease.
+    /// The one exit from the batch: keeps the row's last, partly computed block cached as a
+    /// tail (unless the row failed: its KV is suspect), sends `Done`, drops the row and with
+    /// it the KV lease.
     fn retire(&mut self, id: RequestId, finish: Finish) {
-        let Some(row) = self.rows.remove(&id) else {
+        let Some(mut row) = self.rows.remove(&id) else {
             return;
         };
+        if !matches!(finish.reason, FinishReason::Error(_)) {
+            row.keep_tail();
+        }
         self.order.retain(|&o| o != id);
         let f = &mut self.stats.finished;
         match finish.reason {

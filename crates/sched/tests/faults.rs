@@ -98,6 +98,7 @@ impl StepModel for NoKv {
     fn new_kv(&self, _: usize, _: usize) -> FakeKv {
         panic!("no memory for the KV cache");
     }
+    fn copy_kv(&self, _: &mut FakeKv, _: u32, _: u32, _: usize) {}
     fn forward(
         &self,
         kv: &mut FakeKv,

@@ -58,14 +58,15 @@ fn a_conversation_reuses_its_history_and_answers_as_if_cold() {
         assert_same_run(run, cold, &what);
         assert_eq!(cold.completion.usage.cached_tokens, 0);
     }
-    // Turn k attaches every full block turn k-1 computed: its prompt and its answer but the
-    // last sampled token, which never went through the model.
+    // Turn k reuses every position turn k-1 computed — its prompt and its answer but the
+    // last sampled token, which never went through the model: the full blocks attached, the
+    // partly computed last block copied from the tail turn k-1 left.
     assert_eq!(runs[0].completion.usage.cached_tokens, 0);
     for k in 1..4 {
         let before = &requests[k - 1];
         let computed = before.prompt_ids.len() + before.max_tokens - 1;
-        let want = computed / BLOCK * BLOCK;
-        assert_eq!(runs[k].completion.usage.cached_tokens, want, "turn {k}");
+        assert_ne!(computed % BLOCK, 0, "turn {k} should end mid-block");
+        assert_eq!(runs[k].completion.usage.cached_tokens, computed, "turn {k}");
     }
     let s = handle.status();
     let hits: usize = runs.iter().map(|r| r.completion.usage.cached_tokens).sum();
@@ -74,6 +75,27 @@ fn a_conversation_reuses_its_history_and_answers_as_if_cold() {
     assert_eq!(s.prefix_cache_queries, queried as u64);
     // Computed = everything asked minus what was attached.
     assert_eq!(s.tokens_prefilled, (queried - hits) as u64);
+}
+
+/// The same prompt twice: everything but its last token is reused, the part of the last
+/// block by copying it from the first request's block, and the answer is the same.
+#[test]
+fn a_resent_prompt_recomputes_only_its_last_token() {
+    let model = Arc::new(FakeModel::hash());
+    let handle = Scheduler::start(Arc::clone(&model), config(4, 16, 200)).unwrap();
+    for len in [33, 34, 36] {
+        let req = long(tokens(len as u64, len), 3);
+        let first = handle.submit(req.clone()).unwrap().collect_blocking();
+        let again = handle.submit(req.clone()).unwrap().collect_blocking();
+        assert_same_run(&again, &first, &format!("length {len}"));
+        assert_eq!(
+            again.completion.usage.cached_tokens,
+            len - 1,
+            "length {len}"
+        );
+    }
+    let s = handle.status();
+    assert_eq!(s.tokens_prefilled, (33 + 34 + 36 + 3) as u64);
 }
 
 /// Four requests arrive together with one prompt (`n` = 4, in effect) and four users with
