@@ -190,6 +190,21 @@ def test_validation_errors_are_400():
     assert e.body["estimated_bytes"] > e.body["limit_bytes"]
 
 
+def test_a_resent_conversation_reports_cached_tokens_and_the_same_answer():
+    history = [
+        {"role": "system", "content": "You answer briefly. " * 20},
+        {"role": "user", "content": "Name a colour."},
+    ]
+    salt = os.urandom(8).hex()  # a tenant of its own: no earlier test's blocks
+    first = chat(messages=history, max_tokens=6, extra_body={"cache_salt": salt})
+    again = chat(messages=history, max_tokens=6, extra_body={"cache_salt": salt})
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == first.choices[0].message.content
+    other = chat(messages=history, max_tokens=6, extra_body={"cache_salt": salt + "x"})
+    assert other.usage.prompt_tokens_details.cached_tokens == 0
+
+
 def test_unknown_model_is_404():
     expect_error(openai.NotFoundError, lambda: chat(model="gpt-4o"), "model_not_found", "model")
 

@@ -10,10 +10,14 @@
 //!   arrives. Reports the decoders' inter-token latency while that prompt prefills (median and
 //!   worst: the stall the chunk size costs them) and the prompt's time to first token (what a
 //!   small chunk costs it). This is how the default `FERROX_CB_PREFILL_CHUNK` was chosen.
+//! - `order`: 16 requests with their own 2,000-token prompts (`--prompt`) arrive at once;
+//!   for each prefill order (oldest first, round-robin), time-to-first-token p50 / p90 / max
+//!   and the wall time of the wave. This is how the default `FERROX_CB_PREFILL_ORDER` was
+//!   chosen.
 //!
 //! ```text
-//! cargo run -p ferrox-sched --example bench -- [concurrency|chunk|all] [--threads N] [--reps R]
-//!     [--npl 1,2,4,8,16] [--prompt 128] [--gen 128]
+//! cargo run -p ferrox-sched --example bench -- [concurrency|chunk|order|all] [--threads N]
+//!     [--reps R] [--npl 1,2,4,8,16] [--prompt 128] [--gen 128]
 //! ```
 //! The model is `FERROX_MODEL` or the cached default (`ferrox pull`). The workspace's dev
 //! profile is optimized, so no `--release` is needed.
@@ -23,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use ferrox_engine::Model;
 use ferrox_sched::{
-    Event, GenerationRequest, KvBudget, Scheduler, SchedulerConfig, SchedulerHandle, StopConfig,
+    Event, GenerationRequest, KvBudget, PrefillOrder, Scheduler, SchedulerConfig, SchedulerHandle,
+    StopConfig,
 };
 
 fn main() {
@@ -57,6 +62,14 @@ fn main() {
     }
     if mode == "chunk" || mode == "all" {
         chunk_sweep(&model, reps);
+    }
+    if mode == "order" || mode == "all" {
+        let len = if args.iter().any(|a| a == "--prompt") {
+            prompt_tokens
+        } else {
+            2000
+        };
+        order_sweep(&model, reps, len);
     }
 }
 
@@ -168,6 +181,61 @@ fn concurrency(model: &Arc<Model>, reps: usize, npl: &[usize], prompt_len: usize
             median(wave),
             median(ttft_p50),
             median(ttft_max)
+        );
+    }
+}
+
+/// The `p`-quantile of `v` (nearest rank).
+fn quantile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len().max(1)) - 1;
+    v.get(i).copied().unwrap_or(f64::NAN)
+}
+
+fn order_sweep(model: &Arc<Model>, reps: usize, prompt_len: usize) {
+    let n = 16;
+    println!(
+        "\n# prefill order: {n} requests of {prompt_len} prompt tokens at once, 4 tokens each"
+    );
+    println!("| order | TTFT p50 s | TTFT p90 s | TTFT max s | wave s |");
+    println!("|---|---|---|---|---|");
+    let vocab = model.vocab_size();
+    for order in [PrefillOrder::Oldest, PrefillOrder::RoundRobin] {
+        let (mut p50, mut p90, mut worst, mut walls) = (vec![], vec![], vec![], vec![]);
+        for rep in 0..reps {
+            let cfg = SchedulerConfig {
+                prefill_order: order,
+                kv_budget: KvBudget::Blocks(n * (prompt_len + 4).div_ceil(16)),
+                ..config(128)
+            };
+            let handle = Scheduler::start(Arc::clone(model), cfg).unwrap();
+            let t0 = Instant::now();
+            let runs: Vec<Timeline> = (0..n)
+                .map(|i| {
+                    spawn(
+                        &handle,
+                        request(prompt(prompt_len, rep * 100 + i, vocab), 4),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect();
+            walls.push(secs(t0.elapsed()));
+            let ttft: Vec<f64> = runs
+                .iter()
+                .map(|r| secs(r.tokens[0] - r.submitted))
+                .collect();
+            worst.push(max(&ttft));
+            p90.push(quantile(ttft.clone(), 0.9));
+            p50.push(quantile(ttft, 0.5));
+        }
+        println!(
+            "| {order:?} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            median(p50),
+            median(p90),
+            median(worst),
+            median(walls)
         );
     }
 }

@@ -20,7 +20,7 @@
 
 use std::cell::RefCell;
 
-use ferrox_engine::kv::SeqChunk;
+use ferrox_engine::kv::{BlockId, SeqChunk};
 use ferrox_engine::sampler::{logprobs, Sampler, TokenLogprobs};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -89,12 +89,11 @@ impl Finish {
 
 impl Row {
     /// Admits a waiting request onto its leased blocks, the first `attached` of which came
-    /// from the cache, and the first `copied` positions of the next one copied from a cached
-    /// block; its queue slot is released here.
+    /// from the cache; its queue slot is released here.
     pub(crate) fn admit(
         pending: Pending,
         lease: KvLease,
-        (attached, copied): (usize, usize),
+        attached: usize,
         block_size: usize,
         hasher: Option<BlockHasher>,
     ) -> Self {
@@ -114,13 +113,13 @@ impl Row {
             id,
             tokens,
             prompt_tokens,
-            computed: attached * block_size + copied,
+            computed: attached * block_size,
             block_size,
             hasher,
             root,
             chain,
             published: attached,
-            cached_tokens: attached * block_size + copied,
+            cached_tokens: attached * block_size,
             max_tokens: request.max_tokens,
             logprobs: request.logprobs,
             sampler: Sampler::new(request.sampling),
@@ -162,6 +161,30 @@ impl Row {
         }
         self.cached_tokens += self.computed - before;
         self.computed - before
+    }
+
+    /// Where a copy of cached positions could go: at a block boundary of the prompt, the
+    /// row's own next block, the name it hangs from, and the tokens that could be copied
+    /// (up to a block, short of the last prompt token).
+    pub(crate) fn copy_target(&self) -> Option<(BlockId, BlockHash, &[u32])> {
+        if self.hasher.is_none() || !self.computed.is_multiple_of(self.block_size) {
+            return None;
+        }
+        let b = self.computed / self.block_size;
+        let upto = (self.computed + self.block_size).min(self.prompt_tokens.saturating_sub(1));
+        (upto > self.computed).then(|| {
+            let to = self.lease.blocks()[b];
+            (to, self.parent(b), &self.tokens[self.computed..upto])
+        })
+    }
+
+    /// Records `n` positions copied into the row's next block.
+    pub(crate) fn copied(&mut self, n: usize) {
+        debug_assert!(self
+            .lease
+            .writable(self.computed / self.block_size..self.computed / self.block_size + 1));
+        self.computed += n;
+        self.cached_tokens += n;
     }
 
     /// Whether this prefilling row's next block is one `other` (a row admitted earlier, also

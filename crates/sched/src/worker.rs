@@ -203,42 +203,15 @@ impl<M: StepModel> Worker<M> {
             let attachable =
                 Row::attachable_blocks(prompt_tokens, block_size).min(front.chain.len());
             let hits = self.pool.lookup(&front.chain[..attachable]);
-            // The next block may match a cached one in part (a conversation's last answer
-            // ended mid-block): those positions are copied, short of the last prompt token.
-            let base = hits.len() * block_size;
-            let upto = (base + block_size).min(prompt_tokens - 1);
-            let parent = hits
-                .len()
-                .checked_sub(1)
-                .map_or(front.root, |b| front.chain[b]);
-            let partial = match (&self.hasher, upto > base) {
-                (Some(_), true) => self
-                    .pool
-                    .best_prefix(parent, &front.request.prompt_ids[base..upto]),
-                _ => None,
-            };
             let Ok(lease) = self.pool.lease(&hits, front.blocks_needed - hits.len()) else {
                 return;
             };
-            // Before any forward: the source's positions are intact even if leasing just
-            // reclaimed it.
-            let copied = partial.map_or(0, |(from, n)| {
-                self.model
-                    .copy_kv(&mut self.kv, from, lease.blocks()[hits.len()], n);
-                n
-            });
             let pending = self.queue.pop_front().expect("front was just seen");
             if self.hasher.is_some() {
                 self.stats.prefix_cache_queries += prompt_tokens as u64;
-                self.stats.prefix_cache_hits += (base + copied) as u64;
+                self.stats.prefix_cache_hits += (hits.len() * block_size) as u64;
             }
-            let row = Row::admit(
-                pending,
-                lease,
-                (hits.len(), copied),
-                block_size,
-                self.hasher.clone(),
-            );
+            let row = Row::admit(pending, lease, hits.len(), block_size, self.hasher.clone());
             self.order.push(row.id);
             self.rows.insert(row.id, row);
             self.stats.requests_admitted += 1;
@@ -276,10 +249,31 @@ impl<M: StepModel> Worker<M> {
                 .iter()
                 .any(|older| row.waits_for(&self.rows[older]));
             if !waits {
+                self.copy_partial(id);
                 return Some(id);
             }
         }
         None
+    }
+
+    /// When prefilling row `id` is at a block boundary and a cached block under the same
+    /// parent starts with the row's next tokens (a conversation's answer that ended
+    /// mid-block, the last block of a prompt another choice just computed), copies those
+    /// positions instead of computing them — never the last prompt token. Only once the row
+    /// is about to compute (not at admission): a copy of part of a block leaves the row
+    /// mid-block, where it can no longer attach whole blocks, so it must not happen while an
+    /// older row may still publish this very block. The source is named, so nobody writes it.
+    fn copy_partial(&mut self, id: RequestId) {
+        let row = self.rows.get_mut(&id).expect("the row is in the batch");
+        let Some((to, parent, want)) = row.copy_target() else {
+            return;
+        };
+        let Some((from, n)) = self.pool.best_prefix(parent, want) else {
+            return;
+        };
+        self.model.copy_kv(&mut self.kv, from, to, n);
+        row.copied(n);
+        self.stats.prefix_cache_hits += n as u64;
     }
 
     /// What this tick runs: every decoding row's one token, then one prompt chunk.
