@@ -20,6 +20,7 @@
 use std::cell::RefCell;
 
 use crate::block::prefetch_ahead;
+use crate::dot4::{has_vnni, Dot4, Pairs, Vnni};
 use crate::legacy::{BlockQ8x4, MTerm};
 use crate::legacy_avx2::LegacyAvx2;
 use crate::matmul::{Job, RowKernel};
@@ -71,6 +72,7 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
         for x in (0..job.n()).map(|r| job.row(r)) {
             assert!(x.len() >= self.bpr.div_ceil(4), "activation row too short");
         }
+        let vnni = has_vnni();
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             let dec = &mut *scratch;
@@ -82,8 +84,16 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
                 // (`matmul::dispatch` checks the `Isa`).
                 unsafe { decode(rows, self.bpr, dec) };
                 for r in 0..job.n() {
-                    // SAFETY: as above; the row covers `bpr` blocks (checked above).
-                    let res = unsafe { dot8::<B>(&dec.chunks, &dec.d, &dec.m, job.row(r)) };
+                    let (c, d, m, x) = (&dec.chunks, &dec.d, &dec.m, job.row(r));
+                    // SAFETY: as above (and AVX-VNNI where it is used); the row covers `bpr`
+                    // blocks (checked above).
+                    let res = unsafe {
+                        if vnni {
+                            dot8_vnni::<B>(c, d, m, x)
+                        } else {
+                            dot8::<B>(c, d, m, x)
+                        }
+                    };
                     // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
                     unsafe { job.put_run(r, g0, &res[..h]) };
                 }
@@ -179,6 +189,33 @@ unsafe fn dot8<B: LegacyAvx2>(
     m: &[[f32; GROUP]],
     x: &[BlockQ8x4],
 ) -> [f32; GROUP] {
+    // SAFETY: as the caller promised.
+    unsafe { dot8_with::<B, Pairs>(chunks, d, m, x) }
+}
+
+/// [`dot8`] with `vpdpbusd` for the integer step (the same bits).
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn dot8_vnni<B: LegacyAvx2>(
+    chunks: &[Chunks],
+    d: &[[f32; GROUP]],
+    m: &[[f32; GROUP]],
+    x: &[BlockQ8x4],
+) -> [f32; GROUP] {
+    // SAFETY: as the caller promised.
+    unsafe { dot8_with::<B, Vnni>(chunks, d, m, x) }
+}
+
+/// The body of [`dot8`] and [`dot8_vnni`], inlined into each.
+#[inline(always)]
+unsafe fn dot8_with<B: LegacyAvx2, D: Dot4>(
+    chunks: &[Chunks],
+    d: &[[f32; GROUP]],
+    m: &[[f32; GROUP]],
+    x: &[BlockQ8x4],
+) -> [f32; GROUP] {
     let bpr = chunks.len();
     assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
     assert_eq!(d.len(), bpr, "one scale row per block column");
@@ -186,7 +223,6 @@ unsafe fn dot8<B: LegacyAvx2>(
         B::M == MTerm::Zero || m.len() == bpr,
         "one m row per block column"
     );
-    let ones = _mm256_set1_epi16(1);
     // Lane k of every row: acc[k] holds it for the eight rows.
     let mut acc = [_mm256_setzero_ps(); 8];
     for j in 0..bpr {
@@ -199,12 +235,16 @@ unsafe fn dot8<B: LegacyAvx2>(
             let xb = broadcast4(&u.qs[kk], k);
             // SAFETY: 32 readable, 32-byte aligned bytes.
             let w = unsafe { _mm256_load_si256(chunks[j].0[k].as_ptr().cast()) };
-            let p = if B::SIGNED {
-                _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w))
-            } else {
-                _mm256_maddubs_epi16(w, xb)
+            let zero = _mm256_setzero_si256();
+            // SAFETY: the features of `D`, as the caller promised.
+            let p = unsafe {
+                if B::SIGNED {
+                    D::dot4(zero, _mm256_abs_epi8(w), _mm256_sign_epi8(xb, w))
+                } else {
+                    D::dot4(zero, w, xb)
+                }
             };
-            *a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), *a);
+            *a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), *a);
         }
     }
     // The m terms: lane j % 4 of each row gains m_j * sx_j, in block order.

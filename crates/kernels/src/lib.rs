@@ -78,6 +78,8 @@
 
 mod attn;
 mod block;
+#[cfg(target_arch = "x86_64")]
+mod dot4;
 mod float;
 #[cfg(target_arch = "x86_64")]
 mod gemm8;

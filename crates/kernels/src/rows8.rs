@@ -229,6 +229,8 @@ impl RowKernel for Kernel<'_> {
                 "activation row too short"
             );
         }
+        #[cfg(target_arch = "x86_64")]
+        let vnni = self.isa.is_avx2() && crate::dot4::has_vnni();
         for g in o0 / GROUP..o1.div_ceil(GROUP) {
             let cols = g * m.bpr..(g + 1) * m.bpr;
             let (chunks, scales) = (&m.chunks[cols.clone()], &m.scales[cols]);
@@ -241,9 +243,16 @@ impl RowKernel for Kernel<'_> {
             };
             #[cfg(target_arch = "x86_64")]
             if self.isa.is_avx2() {
-                // SAFETY: an Avx2 `Isa` exists only if the CPU has AVX2, FMA and F16C; every
-                // row covers every block column (checked above).
-                unsafe { avx2::dot_rows(chunks, scales, job, put) };
+                // SAFETY: an Avx2 `Isa` exists only if the CPU has AVX2, FMA and F16C (and
+                // the VNNI entry runs only where `has_vnni` found AVX-VNNI); every row covers
+                // every block column (checked above).
+                unsafe {
+                    if vnni {
+                        avx2::dot_rows_vnni(chunks, scales, job, put)
+                    } else {
+                        avx2::dot_rows(chunks, scales, job, put)
+                    }
+                };
                 continue;
             }
             for r in 0..job.n() {
@@ -260,6 +269,7 @@ impl RowKernel for Kernel<'_> {
 mod avx2 {
     use super::{Chunks, GROUP};
     use crate::block::prefetch_ahead;
+    use crate::dot4::{Dot4, Pairs, Vnni};
     use crate::gemm8::broadcast4;
     use crate::legacy::BlockQ8x4;
     use crate::matmul::Job;
@@ -278,20 +288,47 @@ mod avx2 {
         job: &Job<BlockQ8x4>,
         put: impl Fn(usize, [f32; GROUP]),
     ) {
+        // SAFETY: as the caller promised.
+        unsafe { dot_rows_with::<Pairs>(chunks, scales, job, &put) }
+    }
+
+    /// [`dot_rows`] with `vpdpbusd` for the integer step (the same bits).
+    ///
+    /// # Safety
+    /// As [`dot_rows`], and AVX-VNNI must be available.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    pub(super) unsafe fn dot_rows_vnni(
+        chunks: &[Chunks],
+        scales: &[[u16; GROUP]],
+        job: &Job<BlockQ8x4>,
+        put: impl Fn(usize, [f32; GROUP]),
+    ) {
+        // SAFETY: as the caller promised.
+        unsafe { dot_rows_with::<Vnni>(chunks, scales, job, &put) }
+    }
+
+    /// The body of both entries, inlined into each.
+    #[inline(always)]
+    unsafe fn dot_rows_with<D: Dot4>(
+        chunks: &[Chunks],
+        scales: &[[u16; GROUP]],
+        job: &Job<BlockQ8x4>,
+        put: &impl Fn(usize, [f32; GROUP]),
+    ) {
         let mut r = 0;
         while r < job.n() {
             r += match job.n() - r {
                 // SAFETY (all three): as the caller promised.
-                4.. => unsafe { pass::<4>(chunks, scales, job, r, &put) },
-                2..4 => unsafe { pass::<2>(chunks, scales, job, r, &put) },
-                _ => unsafe { pass::<1>(chunks, scales, job, r, &put) },
+                4.. => unsafe { pass::<4, D>(chunks, scales, job, r, put) },
+                2..4 => unsafe { pass::<2, D>(chunks, scales, job, r, put) },
+                _ => unsafe { pass::<1, D>(chunks, scales, job, r, put) },
             };
         }
     }
 
     /// Activation rows `r..r + R` through [`dot_group`]; returns `R`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn pass<const R: usize>(
+    #[inline(always)]
+    unsafe fn pass<const R: usize, D: Dot4>(
         chunks: &[Chunks],
         scales: &[[u16; GROUP]],
         job: &Job<BlockQ8x4>,
@@ -304,7 +341,7 @@ mod avx2 {
             *x = job.row(r + i);
         }
         // SAFETY: as the caller promised.
-        let res = unsafe { dot_group::<R>(chunks, scales, xs, r == 0) };
+        let res = unsafe { dot_group::<R, D>(chunks, scales, xs, r == 0) };
         for (i, v) in res.into_iter().enumerate() {
             put(r + i, v);
         }
@@ -320,8 +357,8 @@ mod avx2 {
     ///
     /// # Safety
     /// AVX2, FMA and F16C must be available.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_group<const R: usize>(
+    #[inline(always)]
+    pub(super) unsafe fn dot_group<const R: usize, D: Dot4>(
         chunks: &[Chunks],
         scales: &[[u16; GROUP]],
         xs: [&[BlockQ8x4]; R],
@@ -332,7 +369,6 @@ mod avx2 {
         for x in &xs {
             assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
         }
-        let ones = _mm256_set1_epi16(1);
         // One accumulator per (weight row, activation row), eight weight rows wide.
         let mut acc = [_mm256_setzero_ps(); R];
         for j in 0..bpr {
@@ -348,8 +384,8 @@ mod avx2 {
                 let aw = _mm256_abs_epi8(w);
                 for r in 0..R {
                     let xb = broadcast4(&xs[r][g].qs[kk], k);
-                    let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, w));
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, ones));
+                    // SAFETY: the features of `D`, as the caller promised.
+                    isum[r] = unsafe { D::dot4(isum[r], aw, _mm256_sign_epi8(xb, w)) };
                 }
             }
             // SAFETY: 16 readable bytes of f16 bits.
