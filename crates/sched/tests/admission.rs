@@ -5,11 +5,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{config, random_request, wait_for};
+use common::{config, end_at_random, random_request, wait_for};
 use ferrox_engine::sampler::SamplingError;
 use ferrox_sched::testkit::{FakeModel, Probe};
 use ferrox_sched::{
-    Event, GenerationRequest, InvalidRequest, Refusal, SamplingParams, Scheduler, StopConfig,
+    GenerationRequest, InvalidRequest, Refusal, SamplingParams, Scheduler, StopConfig,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -203,27 +203,11 @@ fn every_block_comes_back_after_a_random_storm() {
                 for _ in 0..60 {
                     // Up to 160 + 40 tokens: some over the context, some over the 30 blocks.
                     let req = random_request(&mut rng, 62, &[], 160, 40, None);
-                    let Ok(mut stream) = handle.submit(req) else {
+                    let Ok(stream) = handle.submit(req) else {
                         continue;
                     };
                     accepted += 1;
-                    match rng.gen_range(0..4) {
-                        0 => stream.cancel(),
-                        1 => drop(stream),
-                        2 => {
-                            // Read a few tokens, then cancel.
-                            let n = rng.gen_range(0..5);
-                            for _ in 0..n {
-                                if let Some(Event::Done(_)) = stream.blocking_recv() {
-                                    break;
-                                }
-                            }
-                            stream.cancel();
-                        }
-                        _ => {
-                            stream.collect_blocking();
-                        }
-                    }
+                    end_at_random(&mut rng, stream);
                     if rng.gen_bool(0.1) {
                         std::thread::sleep(std::time::Duration::from_millis(1));
                     }

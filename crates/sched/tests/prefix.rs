@@ -8,10 +8,12 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{assert_same_run, cold_config, config, random_request, run_alone, wait_for};
+use common::{
+    assert_same_run, cold_config, config, end_at_random, random_request, run_alone, wait_for,
+};
 use ferrox_sched::testkit::{FakeModel, Probe};
 use ferrox_sched::{
-    Collected, Event, FinishReason, GenerationRequest, PrefillOrder, SamplingParams, Scheduler,
+    Collected, FinishReason, GenerationRequest, PrefillOrder, SamplingParams, Scheduler,
     SchedulerConfig, StopConfig,
 };
 use rand::rngs::StdRng;
@@ -355,25 +357,11 @@ fn a_storm_with_eviction_keeps_every_block_accounted_for() {
                     if rng.gen_bool(0.2) {
                         req.cache_salt = Some(format!("t{}", rng.gen_range(0..2)));
                     }
-                    let Ok(mut stream) = handle.submit(req) else {
+                    let Ok(stream) = handle.submit(req) else {
                         continue;
                     };
                     accepted += 1;
-                    match rng.gen_range(0..4) {
-                        0 => stream.cancel(),
-                        1 => drop(stream),
-                        2 => {
-                            for _ in 0..rng.gen_range(0..5) {
-                                if let Some(Event::Done(_)) = stream.blocking_recv() {
-                                    break;
-                                }
-                            }
-                            stream.cancel();
-                        }
-                        _ => {
-                            stream.collect_blocking();
-                        }
-                    }
+                    end_at_random(&mut rng, stream);
                 }
                 accepted
             })

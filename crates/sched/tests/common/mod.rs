@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use ferrox_sched::testkit::ChunkRecord;
 use ferrox_sched::{
-    Collected, GenerationRequest, KvBudget, SamplingParams, Scheduler, SchedulerConfig,
-    SchedulerHandle, StepModel, StopConfig, TokenEvent,
+    Collected, Event, GenerationRequest, KvBudget, RequestStream, SamplingParams, Scheduler,
+    SchedulerConfig, SchedulerHandle, StepModel, StopConfig, TokenEvent,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -192,6 +192,26 @@ pub fn assert_same_run(got: &Collected, want: &Collected, what: &str) {
     let mut completion = got.completion.clone();
     completion.usage.cached_tokens = want.completion.usage.cached_tokens;
     assert_eq!(completion, want.completion, "{what}: completion");
+}
+
+/// What a storm does with an accepted request, at random: cancel it at once, drop its
+/// stream, read a few events and cancel, or read it to the end.
+pub fn end_at_random(rng: &mut StdRng, mut stream: RequestStream) {
+    match rng.gen_range(0..4) {
+        0 => stream.cancel(),
+        1 => drop(stream),
+        2 => {
+            for _ in 0..rng.gen_range(0..5) {
+                if let Some(Event::Done(_)) = stream.blocking_recv() {
+                    break;
+                }
+            }
+            stream.cancel();
+        }
+        _ => {
+            stream.collect_blocking();
+        }
+    }
 }
 
 /// Waits (polling) until `cond` holds on the handle's status, or panics after 20 s.
