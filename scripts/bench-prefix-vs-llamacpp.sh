@@ -39,11 +39,7 @@ mkdir -p "$OUT"
 PORT=${PORT:-18094}
 
 build_llama_cpp
-if [ -z "${FERROX_BIN:-}" ]; then
-    cargo build -q --release -p ferrox
-fi
-FERROX=${FERROX_BIN:-target/release/ferrox}
-[ -f "$MODEL" ] || "$FERROX" pull
+build_ferrox
 
 # run NAME ROUND SCENARIO CMD...: start a server on $PORT, wait for /health, run the
 # scenario against it, record its peak RSS, stop it.

@@ -20,11 +20,7 @@ mkdir -p "$OUT"
 PORT=${PORT:-18093}
 
 build_llama_cpp
-if [ -z "${FERROX_BIN:-}" ]; then
-    cargo build -q --release -p ferrox
-fi
-FERROX=${FERROX_BIN:-target/release/ferrox}
-[ -f "$MODEL" ] || "$FERROX" pull
+build_ferrox
 
 # run NAME CMD...: start a server on $PORT, wait for /health, load it, record its peak RSS.
 run() {

@@ -18,11 +18,7 @@ OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 
 build_llama_cpp
-if [ -z "${FERROX_BIN:-}" ]; then
-    cargo build -q --release -p ferrox
-fi
-FERROX=${FERROX_BIN:-target/release/ferrox}
-[ -f "$MODEL" ] || "$FERROX" pull
+build_ferrox
 
 for r in $(seq "$ROUNDS"); do
     echo "round $r/$ROUNDS" >&2

@@ -1,5 +1,5 @@
 # Shared by the side-by-side benchmark scripts: where llama.cpp is built and how.
-# Source it; it defines LCPP, MODEL and build_llama_cpp (idempotent).
+# Source it; it defines LCPP, MODEL, build_llama_cpp (idempotent) and build_ferrox.
 #
 # llama.cpp comes from the llama-cpp-python sdist (it vendors llama.cpp), fetched with
 # `pip download` by package name, and is built into a cache directory OUTSIDE the
@@ -33,3 +33,13 @@ build_llama_cpp() {
         >"$LCPP/build.log"
 }
 
+
+# Sets FERROX to the ferrox binary under test (FERROX_BIN, else the release build, built
+# here) and fetches the default model if it is missing.
+build_ferrox() {
+    if [ -z "${FERROX_BIN:-}" ]; then
+        cargo build -q --release -p ferrox
+    fi
+    FERROX=${FERROX_BIN:-target/release/ferrox}
+    [ -f "$MODEL" ] || "$FERROX" pull
+}
