@@ -12,7 +12,10 @@
 //!    one (the CTRL / llama.cpp rule, so it always pushes away), then `frequency_penalty × count`
 //!    and `presence_penalty` (once if present) are subtracted (the OpenAI rule).
 //! 3. Temperature 0 is greedy: a single pass for the argmax (lowest id wins ties); nothing
-//!    else in the chain can change which token that is, so nothing else runs.
+//!    else in the chain can change which token that is, so nothing else runs. So is any
+//!    temperature below [`GREEDY_BELOW`] (vLLM's 1e-5): at 1e-40, `1 / temperature`
+//!    overflows f32, the scaled logits turn to NaN and token 0 won every draw; long before
+//!    that the tempered distribution is the argmax anyway.
 //! 4. Otherwise the logits are divided by the temperature, then top-k, then min-p (keep
 //!    tokens whose probability is at least `min_p` times the top one), then top-p (the smallest
 //!    set whose mass reaches `top_p`) cut the candidates, and one uniform draw picks among them.
@@ -50,6 +53,9 @@ use scan::{exp_nonpositive, max_logit, nucleus, weigh, CHUNK};
 
 /// Everything a request may say about how to pick its tokens.
 ///
+/// Temperatures below this sample greedily (see the module docs).
+pub const GREEDY_BELOW: f32 = 1e-5;
+
 /// The defaults sample the plain model distribution (temperature 1, every filter off, no
 /// penalties) with seed 0; [`SamplingParams::greedy`] is the argmax.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,7 +229,7 @@ impl Sampler {
         if self.params.has_penalties() {
             self.apply_penalties(logits, history);
         }
-        if self.params.temperature == 0.0 {
+        if self.params.temperature < GREEDY_BELOW {
             return argmax(logits);
         }
         self.sample_tempered(logits)
@@ -407,6 +413,53 @@ mod tests {
         let mut p = SamplingParams::default();
         f(&mut p);
         p
+    }
+
+    /// No accepted combination of sampling parameters, at their extremes, draws a token
+    /// outside the vocabulary or lets NaN pick one: a temperature below `GREEDY_BELOW` is the
+    /// greedy draw, and a draw never lands on a token every other draw rules out.
+    #[test]
+    fn no_accepted_parameters_draw_out_of_range_or_by_nan() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let pick = |rng: &mut rand::rngs::StdRng, xs: &[f32]| xs[rng.gen_range(0..xs.len())];
+        for round in 0..3000 {
+            let n = rng.gen_range(1..300);
+            let p = SamplingParams {
+                temperature: pick(&mut rng, &[0.0, 1e-40, 1e-7, 9.9e-6, 1e-5, 0.01, 1.0, 1e30]),
+                top_k: [0, 1, 5, 1000][rng.gen_range(0..4)],
+                top_p: pick(&mut rng, &[1e-6, 0.5, 1.0]),
+                min_p: pick(&mut rng, &[0.0, 0.5, 1.0]),
+                repetition_penalty: pick(&mut rng, &[1e-30, 0.5, 1.0, 2.0, 1e30]),
+                presence_penalty: pick(&mut rng, &[-2.0, 0.0, 2.0]),
+                frequency_penalty: pick(&mut rng, &[-2.0, 0.0, 2.0]),
+                penalty_last_n: rng.gen_range(0..64),
+                logit_bias: (0..rng.gen_range(0..4))
+                    .map(|_| (rng.gen_range(0..n as u32), pick(&mut rng, &[-100.0, 100.0])))
+                    .collect(),
+                seed: rng.gen(),
+            };
+            p.validate(n)
+                .expect("the generator makes accepted parameters");
+            let mut logits = random_logits(&mut rng, n);
+            // Extreme but finite model outputs too.
+            if rng.gen_bool(0.3) {
+                let i = rng.gen_range(0..n);
+                logits[i] = pick(&mut rng, &[1e30, -1e30, 3e38, -3e38]);
+            }
+            let history: Vec<u32> = (0..rng.gen_range(0..80))
+                .map(|_| rng.gen_range(0..n as u32))
+                .collect();
+            let id = Sampler::new(p.clone()).sample(&mut logits.clone(), &history);
+            assert!((id as usize) < n, "round {round}: {id} of {n}");
+            if p.temperature < GREEDY_BELOW {
+                let greedy = SamplingParams {
+                    temperature: 0.0,
+                    ..p.clone()
+                };
+                let want = Sampler::new(greedy).sample(&mut logits.clone(), &history);
+                assert_eq!(id, want, "round {round}: {p:?}");
+            }
+        }
     }
 
     #[test]
