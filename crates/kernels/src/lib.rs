@@ -27,6 +27,9 @@
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
 //! - `rows8`: [`Q8Rows8`], a Q8_0 matrix repacked eight rows at a time (the output head).
+//! - `dot4`: the int8 step (four u8 × i8 products per i32 lane) as AVX2 spells it or as one
+//!   AVX-VNNI `vpdpbusd`, the same integers either way; `gemm8` and the head use VNNI where
+//!   the CPU has it (`FERROX_NO_VNNI=1` forces AVX2).
 //!
 //! # Scalar vs AVX2
 //! Every weight type has a portable `dot_scalar` and an AVX2 `dot_avx2`. For the quantized
