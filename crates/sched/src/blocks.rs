@@ -90,6 +90,19 @@ pub struct PoolCounts {
     pub refs: usize,
 }
 
+/// What the status reports of the pool ([`BlockPool::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Blocks no lease holds: free ones plus cached ones that can be reclaimed.
+    pub available: usize,
+    /// Named blocks (a reusable prefix), held or not.
+    pub cached: usize,
+    /// Cached blocks whose name was dropped to make room.
+    pub evictions: u64,
+    /// The most blocks ever referenced at once.
+    pub peak_used: usize,
+}
+
 /// The blocks of one request's block table; returned to the pool when dropped.
 #[derive(Debug)]
 pub struct KvLease {
@@ -185,24 +198,15 @@ impl BlockPool {
         lock(&self.inner).refs.len()
     }
 
-    /// Blocks no lease holds: free ones plus cached ones that can be reclaimed.
-    pub fn available_blocks(&self) -> usize {
-        lock(&self.inner).available()
-    }
-
-    /// Named blocks (a reusable prefix), held or not.
-    pub fn cached_blocks(&self) -> usize {
-        lock(&self.inner).index.len()
-    }
-
-    /// Cached blocks whose name was dropped to make room.
-    pub fn evictions(&self) -> u64 {
-        lock(&self.inner).evictions
-    }
-
-    /// The most blocks ever referenced at once.
-    pub fn peak_used_blocks(&self) -> usize {
-        lock(&self.inner).peak_used_blocks
+    /// The pool's figures for the status, under one lock.
+    pub fn stats(&self) -> PoolStats {
+        let state = lock(&self.inner);
+        PoolStats {
+            available: state.available(),
+            cached: state.index.len(),
+            evictions: state.evictions,
+            peak_used: state.peak_used_blocks,
+        }
     }
 
     /// Checks every invariant of the module docs and counts the blocks by state; the error
@@ -426,8 +430,8 @@ mod tests {
         );
         drop(a);
         assert_eq!(pool.lease(&[], 4).unwrap().blocks().len(), 4);
-        assert_eq!(pool.available_blocks(), 4);
-        assert_eq!(pool.peak_used_blocks(), 4);
+        assert_eq!(pool.stats().available, 4);
+        assert_eq!(pool.stats().peak_used, 4);
     }
 
     #[test]
@@ -451,7 +455,7 @@ mod tests {
         // the chain's tail (11) before its head (10).
         let d = pool.lease(&[], 3).unwrap();
         assert_eq!(pool.lookup(&[10, 11]).len(), 1);
-        assert_eq!(pool.evictions(), 1);
+        assert_eq!(pool.stats().evictions, 1);
         // Exact: the unreferenced head counts as available until it is attached itself.
         let hits = pool.lookup(&[10]);
         assert_eq!(
@@ -475,7 +479,7 @@ mod tests {
         assert!(!b.attach(0, 8), "nothing is named 8");
         assert!(b.attach(0, 7));
         assert_eq!(b.blocks()[0], a.blocks()[0]);
-        assert_eq!(pool.available_blocks(), 4 - 2);
+        assert_eq!(pool.stats().available, 4 - 2);
         drop((a, b));
         assert_eq!(pool.audit().unwrap().cached_unreferenced, 1);
     }
@@ -558,6 +562,6 @@ mod tests {
         held.clear();
         let counts = pool.audit().unwrap();
         assert_eq!((counts.referenced, counts.refs), (0, 0));
-        assert_eq!(pool.available_blocks(), total);
+        assert_eq!(pool.stats().available, total);
     }
 }

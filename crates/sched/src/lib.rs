@@ -42,7 +42,7 @@ pub mod testkit;
 mod worker;
 
 pub use admission::{InvalidRequest, Limits, Refusal};
-pub use blocks::{BlockPool, KvLease, PoolCounts};
+pub use blocks::{BlockPool, KvLease, PoolCounts, PoolStats};
 pub use config::{ConfigError, KvBudget, PrefillOrder, SchedulerConfig};
 pub use handle::{Collected, RequestStream, Scheduler, SchedulerHandle};
 pub use model::StepModel;

@@ -136,13 +136,17 @@ impl Row {
         prompt_tokens.saturating_sub(1) / block_size
     }
 
+    /// The index of the block the row computes next, when caching is on and the row stands
+    /// at its start: only then can the cache supply (part of) it.
+    fn at_block_start(&self) -> Option<usize> {
+        (self.hasher.is_some() && self.computed.is_multiple_of(self.block_size))
+            .then(|| self.computed / self.block_size)
+    }
+
     /// The block a prefilling row computes next, if it could come from the cache: its
     /// index and name. `None` once the rest of the prompt must be computed.
     pub(crate) fn next_attachable(&self) -> Option<(usize, BlockHash)> {
-        if self.hasher.is_none() || !self.computed.is_multiple_of(self.block_size) {
-            return None;
-        }
-        let b = self.computed / self.block_size;
+        let b = self.at_block_start()?;
         (b < Self::attachable_blocks(self.prompt_tokens, self.block_size))
             .then(|| (b, self.chain[b]))
     }
@@ -167,10 +171,7 @@ impl Row {
     /// row's own next block, the name it hangs from, and the tokens that could be copied
     /// (up to a block, short of the last prompt token).
     pub(crate) fn copy_target(&self) -> Option<(BlockId, BlockHash, &[u32])> {
-        if self.hasher.is_none() || !self.computed.is_multiple_of(self.block_size) {
-            return None;
-        }
-        let b = self.computed / self.block_size;
+        let b = self.at_block_start()?;
         let upto = (self.computed + self.block_size).min(self.prompt_tokens.saturating_sub(1));
         (upto > self.computed).then(|| {
             let to = self.lease.blocks()[b];
@@ -263,7 +264,7 @@ impl Row {
         };
         let b = self.computed / self.block_size;
         let tokens = &self.tokens[b * self.block_size..self.computed];
-        if tokens.is_empty() || b < self.published {
+        if tokens.is_empty() {
             return;
         }
         let parent = self.parent(b);

@@ -461,10 +461,11 @@ impl<M: StepModel> Worker<M> {
         let s = &mut self.stats;
         s.running = self.rows.values().filter(|r| !r.is_prefilling()).count();
         s.prefilling = self.rows.len() - s.running;
-        s.blocks_free = self.pool.available_blocks();
-        s.blocks_cached = self.pool.cached_blocks();
-        s.prefix_cache_evictions = self.pool.evictions();
-        s.blocks_peak_used = self.pool.peak_used_blocks();
+        let pool = self.pool.stats();
+        s.blocks_free = pool.available;
+        s.blocks_cached = pool.cached;
+        s.prefix_cache_evictions = pool.evictions;
+        s.blocks_peak_used = pool.peak_used;
         self.shared.publish(&self.stats);
     }
 
@@ -482,8 +483,8 @@ impl<M: StepModel> Worker<M> {
             running = self.rows.values().filter(|r| !r.is_prefilling()).count(),
             prefilling = self.rows.values().filter(|r| r.is_prefilling()).count(),
             queued = self.queue.len(),
-            blocks_free = self.pool.available_blocks(),
-            blocks_cached = self.pool.cached_blocks(),
+            blocks_free = self.stats.blocks_free,
+            blocks_cached = self.stats.blocks_cached,
             blocks_total = self.limits.total_blocks,
             prefix_hit_tokens = self.stats.prefix_cache_hits,
             prefix_query_tokens = self.stats.prefix_cache_queries,

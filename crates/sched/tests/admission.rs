@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{config, end_at_random, random_request, wait_for};
+use common::{config, end_at_random, random_request, wait_for, wait_settled};
 use ferrox_engine::sampler::SamplingError;
 use ferrox_sched::testkit::{FakeModel, Probe};
 use ferrox_sched::{
@@ -217,10 +217,7 @@ fn every_block_comes_back_after_a_random_storm() {
         })
         .collect();
     let accepted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    wait_for(&handle, "the storm to settle", |s| {
-        let f = s.finished;
-        f.stop + f.length + f.cancelled + f.error == accepted
-    });
+    wait_settled(&handle, accepted);
     let s = handle.status();
     assert_eq!(s.blocks_free, s.blocks_total, "{s:?}");
     assert_eq!((s.running, s.prefilling, s.queued), (0, 0, 0), "{s:?}");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use common::{
     assert_same_run, cold_config, config, end_at_random, random_request, run_alone, wait_for,
+    wait_settled,
 };
 use ferrox_sched::testkit::{FakeModel, Probe};
 use ferrox_sched::{
@@ -368,10 +369,7 @@ fn a_storm_with_eviction_keeps_every_block_accounted_for() {
         })
         .collect();
     let accepted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    wait_for(&handle, "the storm to settle", |s| {
-        let f = s.finished;
-        f.stop + f.length + f.cancelled + f.error == accepted
-    });
+    wait_settled(&handle, accepted);
     done.store(true, Ordering::Release);
     assert!(auditor.join().unwrap() > 10);
     let s = handle.status();

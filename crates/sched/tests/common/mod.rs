@@ -214,6 +214,14 @@ pub fn end_at_random(rng: &mut StdRng, mut stream: RequestStream) {
     }
 }
 
+/// Waits until every one of `accepted` requests has finished, whatever the reason.
+pub fn wait_settled(handle: &SchedulerHandle, accepted: u64) {
+    wait_for(handle, "the storm to settle", |s| {
+        let f = s.finished;
+        f.stop + f.length + f.cancelled + f.error == accepted
+    });
+}
+
 /// Waits (polling) until `cond` holds on the handle's status, or panics after 20 s.
 pub fn wait_for(
     handle: &SchedulerHandle,
