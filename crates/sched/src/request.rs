@@ -27,6 +27,9 @@ pub struct GenerationRequest {
     /// Requests share cached prompt blocks only with requests of the same salt (`None` is
     /// a tenant of its own): one tenant's prompts stay out of another's lookups and timing.
     pub cache_salt: Option<String>,
+    /// Attach cached prompt blocks (the default). `false` computes the whole prompt, as
+    /// llama.cpp's `cache_prompt: false` asks; its blocks are still published for others.
+    pub reuse_cached_prompt: bool,
 }
 
 impl GenerationRequest {
@@ -39,6 +42,7 @@ impl GenerationRequest {
             stop: StopConfig::default(),
             logprobs: None,
             cache_salt: None,
+            reuse_cached_prompt: true,
         }
     }
 }

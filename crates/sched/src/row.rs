@@ -46,6 +46,8 @@ pub(crate) struct Row {
     root: BlockHash,
     /// Names of the full blocks of `tokens` known so far (the prompt's from the start).
     chain: Vec<BlockHash>,
+    /// Whether the row may take its prompt from the cache (attach, copy, wait for a block).
+    reuse: bool,
     /// Blocks `0..published` are attached from the cache or published to it.
     published: usize,
     /// Prompt tokens attached from the cache instead of computed.
@@ -107,6 +109,7 @@ impl Row {
             slot: _,
         } = pending;
         let prompt_tokens = request.prompt_ids.len();
+        let reuse = request.reuse_cached_prompt;
         let mut tokens = request.prompt_ids;
         tokens.reserve(request.max_tokens);
         Self {
@@ -119,6 +122,7 @@ impl Row {
             root,
             chain,
             published: attached,
+            reuse,
             cached_tokens: attached * block_size,
             max_tokens: request.max_tokens,
             logprobs: request.logprobs,
@@ -139,7 +143,7 @@ impl Row {
     /// The index of the block the row computes next, when caching is on and the row stands
     /// at its start: only then can the cache supply (part of) it.
     fn at_block_start(&self) -> Option<usize> {
-        (self.hasher.is_some() && self.computed.is_multiple_of(self.block_size))
+        (self.reuse && self.hasher.is_some() && self.computed.is_multiple_of(self.block_size))
             .then(|| self.computed / self.block_size)
     }
 

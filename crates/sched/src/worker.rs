@@ -200,14 +200,16 @@ impl<M: StepModel> Worker<M> {
                 return;
             };
             let prompt_tokens = front.request.prompt_ids.len();
-            let attachable =
-                Row::attachable_blocks(prompt_tokens, block_size).min(front.chain.len());
+            let attachable = match front.request.reuse_cached_prompt {
+                true => Row::attachable_blocks(prompt_tokens, block_size).min(front.chain.len()),
+                false => 0,
+            };
             let hits = self.pool.lookup(&front.chain[..attachable]);
             let Ok(lease) = self.pool.lease(&hits, front.blocks_needed - hits.len()) else {
                 return;
             };
             let pending = self.queue.pop_front().expect("front was just seen");
-            if self.hasher.is_some() {
+            if self.hasher.is_some() && pending.request.reuse_cached_prompt {
                 self.stats.prefix_cache_queries += prompt_tokens as u64;
                 self.stats.prefix_cache_hits += (hits.len() * block_size) as u64;
             }

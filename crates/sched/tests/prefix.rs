@@ -274,6 +274,26 @@ fn a_salt_keeps_tenants_apart() {
 }
 
 #[test]
+fn a_request_that_declines_reuse_computes_its_whole_prompt_and_answers_the_same() {
+    let handle = Scheduler::start(Arc::new(FakeModel::hash()), config(4, 16, 200)).unwrap();
+    let prompt = tokens(8, 41);
+    let run = |reuse: bool| {
+        let req = GenerationRequest {
+            reuse_cached_prompt: reuse,
+            ..long(prompt.clone(), 4)
+        };
+        handle.submit(req).unwrap().collect_blocking().completion
+    };
+    let cold = run(true);
+    let declined = run(false);
+    assert_eq!(declined.usage.cached_tokens, 0, "reused though told not to");
+    assert_eq!(declined.token_ids, cold.token_ids);
+    assert_eq!(handle.status().tokens_prefilled, 82);
+    // Its blocks were still published: a request that does reuse finds them.
+    assert_eq!(run(true).usage.cached_tokens, 40);
+}
+
+#[test]
 fn with_the_cache_off_nothing_is_looked_up_or_shared() {
     let handle = Scheduler::start(Arc::new(FakeModel::hash()), cold_config(4, 16, 200)).unwrap();
     for _ in 0..2 {

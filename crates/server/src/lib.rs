@@ -18,20 +18,17 @@
 //!
 //! `docs/API.md` lists every route and parameter, and what is refused and how.
 
+pub mod anthropic;
 pub mod client;
-pub mod error;
-pub mod generate;
-pub mod metrics;
+pub mod core;
+pub mod http;
+pub mod llamacpp;
 pub mod openai;
-pub mod params;
 pub mod routes;
 pub mod server;
-pub mod sse;
 pub mod state;
-pub mod tokenize;
-pub mod validation;
 
-pub use error::ApiError;
+pub use crate::core::error::ApiError;
 pub use routes::{app, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
 pub use state::{AppState, Generator, ServerConfig};

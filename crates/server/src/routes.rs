@@ -10,8 +10,10 @@
 //! 3. panic catching: a panicking handler is a 500 for its request only (the connection and
 //!    the server carry on; the scheduler worker has its own recovery).
 //!
-//! The small read-only routes (`/health`, `/v1/models`, `/metrics`) live here; each protocol
-//! has its own module.
+//! Each protocol's routes are one group with its error shape around them
+//! (`http/errors.rs`), so an error on `/v1/messages` reaches an Anthropic SDK in Anthropic's
+//! shape, whichever layer raised it. The small read-only routes (`/health`, `/v1/models`,
+//! `/metrics`) live here, in OpenAI's shape, as do unknown routes.
 
 use std::any::Any;
 
@@ -23,24 +25,28 @@ use axum::{middleware, Extension, Json, Router};
 use serde_json::{json, Value};
 use tower_http::catch_panic::CatchPanicLayer;
 
-use crate::error::ApiError;
-use crate::metrics::track_requests;
+use crate::core::error::ApiError;
+use crate::http::errors::{render, with_error_shape};
+use crate::http::metrics::track_requests;
+use crate::http::params::BodyLimit;
+use crate::llamacpp::{self, tokenize};
 use crate::openai;
-use crate::params::BodyLimit;
 use crate::state::{AppState, Generator, Ready};
-use crate::tokenize;
 
 /// The whole server.
 pub fn app(state: AppState) -> Router {
-    let routes = Router::new()
+    let openai = Router::new()
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/models/:id", get(model))
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(openai::chat::handle))
-        .route("/v1/completions", post(openai::completions::handle))
+        .route("/v1/completions", post(openai::completions::handle));
+    let llamacpp = Router::new()
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize));
+    let routes = with_error_shape(openai, openai::error_body)
+        .merge(with_error_shape(llamacpp, llamacpp::error_body));
     with_layers(routes, state)
 }
 
@@ -52,6 +58,9 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::map_response(|r: Response| async move {
+            render(r, openai::error_body)
+        }))
         .layer(DefaultBodyLimit::max(limit))
         .layer(Extension(BodyLimit(limit)))
         .layer(middleware::from_fn_with_state(
@@ -92,7 +101,7 @@ async fn method_not_allowed(req: Request) -> ApiError {
 /// scheduler's worker is gone.
 async fn health(Ready(g): Ready) -> Result<Json<Value>, ApiError> {
     if !g.scheduler.status().healthy {
-        return Err(ApiError::WorkerGone);
+        return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone));
     }
     Ok(Json(json!({"status": "ok"})))
 }

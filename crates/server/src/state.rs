@@ -18,9 +18,9 @@ use ferrox_engine::template::ChatTemplate;
 use ferrox_engine::Model;
 use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
 
-use crate::error::ApiError;
-use crate::metrics::Metrics;
-use crate::params::DEFAULT_MAX_BODY_BYTES;
+use crate::core::error::ApiError;
+use crate::http::metrics::Metrics;
+use crate::http::params::DEFAULT_MAX_BODY_BYTES;
 
 /// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
 /// binary from flags and environment, by tests directly.

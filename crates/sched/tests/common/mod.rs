@@ -102,6 +102,7 @@ pub fn random_request(
         },
         logprobs,
         cache_salt: None,
+        reuse_cached_prompt: true,
     }
 }
 

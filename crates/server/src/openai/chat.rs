@@ -6,49 +6,35 @@
 //! `top_logprobs: k`) are OpenAI's `{"content": [{"token", "logprob", "bytes",
 //! "top_logprobs"}]}`, reporting the model's own distribution (before sampling filters).
 
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use ferrox_sched::TokenEvent;
 use serde_json::{json, Value};
 
-use super::Envelope;
-use crate::error::ApiError;
-use crate::generate::{finish_reason, generate, Generation, Input, RequestUsage};
-use crate::params::JsonBody;
-use crate::sse::{stream_response, ChunkEncoder};
+use super::{finish_reason, serve, Shape};
+use crate::core::error::ApiError;
+use crate::core::generate::ChoiceOutput;
+use crate::core::request::Input;
+use crate::http::params::JsonBody;
+use crate::openai::parse::parse_chat;
 use crate::state::{Generator, Ready};
-use crate::validation::parse_chat;
 
 pub async fn handle(
     Ready(generator): Ready,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
-    let options = request.options;
-    let generation = generate(generator, Input::Chat(request.messages), &options).await?;
-    let envelope = Envelope::new("chatcmpl", &generation.generator.model_id);
-    let logprobs = options.logprobs.is_some();
-    if options.stream {
-        let encoder = ChatChunks { envelope, logprobs };
-        return Ok(stream_response(generation, encoder, options.include_usage));
-    }
-    let generator = std::sync::Arc::clone(&generation.generator);
-    let (outputs, usage) = generation.collect().await?;
-    let mut choices = Vec::with_capacity(outputs.len());
-    for (index, out) in outputs.iter().enumerate() {
-        choices.push(json!({
-            "index": index,
-            "message": {"role": "assistant", "content": out.completion.text, "refusal": null},
-            "logprobs": logprobs.then(|| json!({
-                "content": out.tokens.iter().map(|t| logprob_entry(&generator, t)).collect::<Vec<_>>(),
-                "refusal": null,
-            })),
-            "finish_reason": finish_reason(&out.completion.finish_reason)?,
-        }));
-    }
-    let mut body = envelope.wrap("chat.completion", choices);
-    body["usage"] = usage.to_json();
-    Ok(Json(body).into_response())
+    let shape = Chat {
+        logprobs: request.options.logprobs.is_some(),
+    };
+    let input = Input::Chat(request.messages);
+    serve(
+        generator,
+        input,
+        &request.options,
+        request.include_usage,
+        shape,
+    )
+    .await
 }
 
 /// One token's logprob entry: its text, logprob, bytes and best alternatives.
@@ -65,65 +51,55 @@ fn logprob_entry(g: &Generator, t: &TokenEvent) -> Value {
     json!({"token": token, "logprob": t.logprob, "bytes": bytes, "top_logprobs": top})
 }
 
-struct ChatChunks {
-    envelope: Envelope,
+struct Chat {
     logprobs: bool,
 }
 
-impl ChatChunks {
-    fn chunk(&self, index: usize, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
-        let choice = json!({
-            "index": index,
-            "delta": delta,
-            "logprobs": logprobs,
-            "finish_reason": finish,
-        });
-        self.envelope.wrap("chat.completion.chunk", vec![choice])
+impl Chat {
+    fn delta(index: usize, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+        json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
     }
 }
 
-impl ChunkEncoder for ChatChunks {
-    fn opening(&self, choices: usize) -> Vec<Value> {
-        (0..choices)
-            .map(|i| {
-                self.chunk(
-                    i,
-                    json!({"role": "assistant", "content": ""}),
-                    Value::Null,
-                    None,
-                )
-            })
-            .collect()
+impl Shape for Chat {
+    const OBJECT: &'static str = "chat.completion";
+    const CHUNK_OBJECT: &'static str = "chat.completion.chunk";
+    const ID_PREFIX: &'static str = "chatcmpl";
+
+    fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value {
+        json!({
+            "index": index,
+            "message": {"role": "assistant", "content": out.completion.text, "refusal": null},
+            "logprobs": self.logprobs.then(|| json!({
+                "content": out.tokens.iter().map(|t| logprob_entry(g, t)).collect::<Vec<_>>(),
+                "refusal": null,
+            })),
+            "finish_reason": finish_reason(&out.finish),
+        })
     }
 
-    fn token(
-        &mut self,
-        generation: &Generation,
-        index: usize,
-        token: &TokenEvent,
-    ) -> Option<Value> {
+    fn opening(&self, index: usize) -> Option<Value> {
+        let delta = json!({"role": "assistant", "content": ""});
+        Some(Self::delta(index, delta, Value::Null, None))
+    }
+
+    fn token(&mut self, g: &Generator, index: usize, token: &TokenEvent) -> Option<Value> {
         if token.text.is_empty() && !self.logprobs {
             return None;
         }
-        let logprobs = if self.logprobs {
-            json!({"content": [logprob_entry(&generation.generator, token)], "refusal": null})
-        } else {
-            Value::Null
+        let logprobs = match self.logprobs {
+            true => json!({"content": [logprob_entry(g, token)], "refusal": null}),
+            false => Value::Null,
         };
-        Some(self.chunk(index, json!({"content": token.text}), logprobs, None))
+        let delta = json!({"content": token.text});
+        Some(Self::delta(index, delta, logprobs, None))
     }
 
     fn text(&self, index: usize, text: &str) -> Value {
-        self.chunk(index, json!({"content": text}), Value::Null, None)
+        Self::delta(index, json!({"content": text}), Value::Null, None)
     }
 
     fn finish(&self, index: usize, finish_reason: &str) -> Value {
-        self.chunk(index, json!({}), Value::Null, Some(finish_reason))
-    }
-
-    fn usage(&self, usage: RequestUsage) -> Value {
-        let mut chunk = self.envelope.wrap("chat.completion.chunk", Vec::new());
-        chunk["usage"] = usage.to_json();
-        chunk
+        Self::delta(index, json!({}), Value::Null, Some(finish_reason))
     }
 }

@@ -6,58 +6,36 @@
 //! `top_logprobs` (a map of the `k` best token texts to their logprobs) and `text_offset`
 //! (the character offset of each token in the choice's text).
 
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use ferrox_sched::TokenEvent;
 use serde_json::{json, Map, Value};
 
-use super::Envelope;
-use crate::error::ApiError;
-use crate::generate::{finish_reason, generate, Generation, Input, RequestUsage};
-use crate::params::JsonBody;
-use crate::sse::{stream_response, ChunkEncoder};
+use super::{finish_reason, serve, Shape};
+use crate::core::error::ApiError;
+use crate::core::generate::ChoiceOutput;
+use crate::core::request::Input;
+use crate::http::params::JsonBody;
+use crate::openai::parse::parse_completion;
 use crate::state::{Generator, Ready};
-use crate::validation::parse_completion;
 
 pub async fn handle(
     Ready(generator): Ready,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request = parse_completion(body)?;
-    let options = request.options;
-    let generation = generate(generator, Input::Completion(request.prompt), &options).await?;
-    let envelope = Envelope::new("cmpl", &generation.generator.model_id);
-    let logprobs = options.logprobs.is_some();
-    if options.stream {
-        let encoder = CompletionChunks {
-            envelope,
-            logprobs,
-            text_offset: vec![0; generation.choices()],
-        };
-        return Ok(stream_response(generation, encoder, options.include_usage));
-    }
-    let generator = std::sync::Arc::clone(&generation.generator);
-    let (outputs, usage) = generation.collect().await?;
-    let mut choices = Vec::with_capacity(outputs.len());
-    for (index, out) in outputs.iter().enumerate() {
-        let logprobs = logprobs.then(|| {
-            let mut acc = LegacyLogprobs::default();
-            let mut offset = 0;
-            for t in &out.tokens {
-                acc.push(&generator, t, &mut offset);
-            }
-            acc.to_json()
-        });
-        choices.push(json!({
-            "index": index,
-            "text": out.completion.text,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason(&out.completion.finish_reason)?,
-        }));
-    }
-    let mut body = envelope.wrap("text_completion", choices);
-    body["usage"] = usage.to_json();
-    Ok(Json(body).into_response())
+    let shape = Completions {
+        logprobs: request.options.logprobs.is_some(),
+        text_offset: vec![0; request.options.n],
+    };
+    let input = Input::Completion(request.prompt);
+    serve(
+        generator,
+        input,
+        &request.options,
+        request.include_usage,
+        shape,
+    )
+    .await
 }
 
 /// The legacy logprobs object, built token by token.
@@ -94,56 +72,53 @@ impl LegacyLogprobs {
     }
 }
 
-struct CompletionChunks {
-    envelope: Envelope,
+struct Completions {
     logprobs: bool,
-    /// Characters sent so far per choice, for `text_offset`.
+    /// Characters streamed so far per choice, for `text_offset`.
     text_offset: Vec<usize>,
 }
 
-impl CompletionChunks {
-    fn chunk(&self, index: usize, text: &str, logprobs: Value, finish: Option<&str>) -> Value {
-        let choice = json!({
-            "index": index,
-            "text": text,
-            "logprobs": logprobs,
-            "finish_reason": finish,
-        });
-        self.envelope.wrap("text_completion", vec![choice])
-    }
+fn choice(index: usize, text: &str, logprobs: Value, finish: Option<&str>) -> Value {
+    json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
 }
 
-impl ChunkEncoder for CompletionChunks {
-    fn token(
-        &mut self,
-        generation: &Generation,
-        index: usize,
-        token: &TokenEvent,
-    ) -> Option<Value> {
+impl Shape for Completions {
+    const OBJECT: &'static str = "text_completion";
+    const CHUNK_OBJECT: &'static str = "text_completion";
+    const ID_PREFIX: &'static str = "cmpl";
+
+    fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value {
+        let logprobs = self.logprobs.then(|| {
+            let mut acc = LegacyLogprobs::default();
+            let mut offset = 0;
+            for t in &out.tokens {
+                acc.push(g, t, &mut offset);
+            }
+            acc.to_json()
+        });
+        let reason = finish_reason(&out.finish);
+        choice(index, &out.completion.text, json!(logprobs), Some(reason))
+    }
+
+    fn token(&mut self, g: &Generator, index: usize, token: &TokenEvent) -> Option<Value> {
         if token.text.is_empty() && !self.logprobs {
             return None;
         }
         let logprobs = if self.logprobs {
             let mut acc = LegacyLogprobs::default();
-            acc.push(&generation.generator, token, &mut self.text_offset[index]);
+            acc.push(g, token, &mut self.text_offset[index]);
             acc.to_json()
         } else {
             Value::Null
         };
-        Some(self.chunk(index, &token.text, logprobs, None))
+        Some(choice(index, &token.text, logprobs, None))
     }
 
     fn text(&self, index: usize, text: &str) -> Value {
-        self.chunk(index, text, Value::Null, None)
+        choice(index, text, Value::Null, None)
     }
 
     fn finish(&self, index: usize, finish_reason: &str) -> Value {
-        self.chunk(index, "", Value::Null, Some(finish_reason))
-    }
-
-    fn usage(&self, usage: RequestUsage) -> Value {
-        let mut chunk = self.envelope.wrap("text_completion", Vec::new());
-        chunk["usage"] = usage.to_json();
-        chunk
+        choice(index, "", Value::Null, Some(finish_reason))
     }
 }

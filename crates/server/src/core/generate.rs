@@ -1,13 +1,14 @@
-//! The one generation path: a validated request in, a [`Generation`] (a stream of events,
-//! one sub-stream per choice) out. Chat and completions both call [`generate`]; each then
-//! only encodes what comes out (`openai_chat.rs`, `openai_completions.rs`).
+//! The one generation path: a protocol-free request in, a [`Generation`] (a stream of
+//! events, one sub-stream per choice) out. Every adapter calls [`generate`]; each then only
+//! encodes what comes out, collected ([`Generation::collect`]) or streamed
+//! (`core/stream.rs`).
 //!
 //! The path, in order:
 //! 1. the model named must be the one served (404 otherwise);
 //! 2. the prompt becomes token ids — a chat through the model's template, tokenized with
 //!    special tokens parsed and BOS as the model's metadata says (never twice, even when the
-//!    template writes BOS itself); completions text tokenized the same way; completions token
-//!    ids taken as given. Rendering and tokenizing run on the blocking pool: a long prompt
+//!    template writes BOS itself); raw text tokenized the same way; token ids taken as given
+//!    (llama.cpp's mixed prompts: each text piece tokenized without BOS, ids as given). Rendering and tokenizing run on the blocking pool: a long prompt
 //!    costs milliseconds of CPU, which must not stall the async runtime;
 //! 3. one [`GenerationRequest`] per choice (`n`), each with its own seed (`seed + i`, or a
 //!    random one), submitted to the scheduler; a refusal of any choice drops those already
@@ -23,20 +24,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferrox_engine::template::{ChatMessage, TemplateError};
-use ferrox_sched::{Completion, Event, FinishReason, GenerationRequest, StopConfig, TokenEvent};
+use ferrox_engine::template::TemplateError;
+use ferrox_sched::{
+    Completion, Event, FinishReason, GenerationRequest, StopConfig, StopMatch, TokenEvent,
+};
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
+use crate::core::request::{GenerationOptions, Input, Prompt, PromptPiece};
 use crate::state::Generator;
-use crate::validation::{GenerationOptions, Prompt};
-
-/// The prompt of a request, as the protocol gave it.
-#[derive(Debug, Clone)]
-pub enum Input {
-    Chat(Vec<ChatMessage>),
-    Completion(Prompt),
-}
 
 /// An event of one choice.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +46,19 @@ pub struct ChoiceEvent {
 pub struct ChoiceOutput {
     pub tokens: Vec<TokenEvent>,
     pub completion: Completion,
+    pub finish: Finish,
+}
+
+/// Why a choice that succeeded ended, in the terms every protocol distinguishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its turn: an end-of-generation token, or the chat format's
+    /// end-of-turn text.
+    EndOfTurn,
+    /// One of the client's stop strings, which is not part of the text.
+    StopSequence(String),
+    /// The token budget (`max_tokens` or its protocol's name for it) ran out.
+    Length,
 }
 
 /// Token counts of a whole request: the prompt once, the completions of every choice.
@@ -62,17 +71,6 @@ pub struct RequestUsage {
     pub cached_tokens: usize,
 }
 
-impl RequestUsage {
-    pub fn to_json(self) -> serde_json::Value {
-        serde_json::json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        })
-    }
-}
-
 /// Validates the model, builds the prompt, submits every choice: the whole path from a
 /// validated request to a stream of events.
 pub async fn generate(
@@ -82,13 +80,18 @@ pub async fn generate(
 ) -> Result<Generation, ApiError> {
     generator.check_model(options.model.as_deref())?;
     let chat = matches!(input, Input::Chat(_));
-    let g = Arc::clone(&generator);
-    let prompt_ids = tokio::task::spawn_blocking(move || g.prompt_ids(&input))
+    let prompt_ids = prompt_ids(&generator, input).await?;
+    generator.submit(prompt_ids, options, chat)
+}
+
+/// The prompt's token ids, rendered and tokenized on the blocking pool.
+pub async fn prompt_ids(generator: &Arc<Generator>, input: Input) -> Result<Vec<u32>, ApiError> {
+    let g = Arc::clone(generator);
+    tokio::task::spawn_blocking(move || g.prompt_ids(&input))
         .await
         .map_err(|e| ApiError::Internal {
             message: format!("prompt preparation failed: {e}"),
-        })??;
-    generator.submit(prompt_ids, options, chat)
+        })?
 }
 
 impl Generator {
@@ -97,6 +100,16 @@ impl Generator {
         let tokenizer = self.model.tokenizer();
         let text = match input {
             Input::Completion(Prompt::Tokens(ids)) => return Ok(ids.clone()),
+            Input::Completion(Prompt::Mixed(pieces)) => {
+                let mut ids = Vec::new();
+                for piece in pieces {
+                    match piece {
+                        PromptPiece::Token(id) => ids.push(*id),
+                        PromptPiece::Text(text) => ids.extend(tokenizer.encode(text, false, true)),
+                    }
+                }
+                return Ok(ids);
+            }
             Input::Completion(Prompt::Text(text)) => text.clone(),
             Input::Chat(messages) => self.template.render(messages, true).map_err(|e| match e {
                 TemplateError::Raised { message } => ApiError::invalid("messages", message),
@@ -153,6 +166,7 @@ impl Generator {
                 stop: stop.clone(),
                 logprobs: options.logprobs,
                 cache_salt: options.cache_salt.clone(),
+                reuse_cached_prompt: options.reuse_cached_prompt,
             };
             // On a refusal, `choices` drops here with the streams already accepted, which
             // cancels them.
@@ -169,7 +183,9 @@ impl Generator {
             generator: Arc::clone(self),
             choices,
             last_token: vec![None; options.n],
+            first_token: None,
             started: Instant::now(),
+            client_stops: options.stop.clone(),
             n: options.n,
             usage: RequestUsage {
                 prompt_tokens,
@@ -188,7 +204,11 @@ pub struct Generation {
     choices: SelectAll<BoxStream<'static, ChoiceEvent>>,
     /// When each choice's last token arrived (`None` before its first).
     last_token: Vec<Option<Instant>>,
+    /// When the first token of any choice arrived.
+    first_token: Option<Instant>,
     started: Instant,
+    /// The client's stop strings, to tell [`Finish::StopSequence`] from [`Finish::EndOfTurn`].
+    client_stops: Vec<String>,
     n: usize,
     usage: RequestUsage,
 }
@@ -203,6 +223,38 @@ impl Generation {
         self.usage
     }
 
+    /// Time to the first token (queueing and the prompt), and from it to the last token
+    /// seen; zero where nothing came yet.
+    pub fn timings(&self) -> Timings {
+        let last = self.last_token.iter().flatten().max().copied();
+        match (self.first_token, last) {
+            (Some(first), Some(last)) => Timings {
+                prompt: first - self.started,
+                generation: last - first,
+            },
+            _ => Timings::default(),
+        }
+    }
+
+    /// How a finished choice ended, or the error a failed choice ends the request with.
+    pub fn finish(&self, completion: &Completion) -> Result<Finish, ApiError> {
+        match &completion.finish_reason {
+            FinishReason::Stop => Ok(match &completion.stopped_by {
+                Some(StopMatch::String(s)) if self.client_stops.contains(s) => {
+                    Finish::StopSequence(s.clone())
+                }
+                _ => Finish::EndOfTurn,
+            }),
+            FinishReason::Length => Ok(Finish::Length),
+            FinishReason::Cancelled => Err(ApiError::GenerationFailed {
+                message: "the request was cancelled".into(),
+            }),
+            FinishReason::Error(message) => Err(ApiError::GenerationFailed {
+                message: message.clone(),
+            }),
+        }
+    }
+
     /// The next event of any choice, in the order they happen; `None` once every choice is
     /// done.
     pub async fn next(&mut self) -> Option<ChoiceEvent> {
@@ -212,6 +264,7 @@ impl Generation {
         match &ev.event {
             Event::Token(_) => {
                 let i = ev.index;
+                self.first_token.get_or_insert(now);
                 match self.last_token[i] {
                     None => metrics.ttft.observe(now - self.started),
                     Some(last) => metrics.itl.observe(now - last),
@@ -238,13 +291,13 @@ impl Generation {
     /// fails the request (the others are cancelled as the generation drops).
     pub async fn collect(mut self) -> Result<(Vec<ChoiceOutput>, RequestUsage), ApiError> {
         let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); self.n];
-        let mut done: Vec<Option<Completion>> = vec![None; self.n];
+        let mut done: Vec<Option<(Completion, Finish)>> = vec![None; self.n];
         while let Some(ChoiceEvent { index, event }) = self.next().await {
             match event {
                 Event::Token(t) => tokens[index].push(t),
                 Event::Done(c) => {
-                    finish_reason(&c.finish_reason)?;
-                    done[index] = Some(c);
+                    let finish = self.finish(&c)?;
+                    done[index] = Some((c, finish));
                 }
             }
         }
@@ -253,7 +306,11 @@ impl Generation {
             .zip(done)
             .map(|(tokens, completion)| {
                 completion
-                    .map(|completion| ChoiceOutput { tokens, completion })
+                    .map(|(completion, finish)| ChoiceOutput {
+                        tokens,
+                        completion,
+                        finish,
+                    })
                     .ok_or_else(|| ApiError::Internal {
                         message: "a choice ended without its Done event".into(),
                     })
@@ -263,16 +320,11 @@ impl Generation {
     }
 }
 
-/// OpenAI's `finish_reason`, or the error a failed choice ends the request with.
-pub fn finish_reason(reason: &FinishReason) -> Result<&'static str, ApiError> {
-    match reason {
-        FinishReason::Stop => Ok("stop"),
-        FinishReason::Length => Ok("length"),
-        FinishReason::Cancelled => Err(ApiError::GenerationFailed {
-            message: "the request was cancelled".into(),
-        }),
-        FinishReason::Error(message) => Err(ApiError::GenerationFailed {
-            message: message.clone(),
-        }),
-    }
+/// Where a request's time went, as the server saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Submission to the first token: queueing and computing the prompt.
+    pub prompt: std::time::Duration,
+    /// The first token to the last.
+    pub generation: std::time::Duration,
 }

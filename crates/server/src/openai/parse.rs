@@ -1,8 +1,8 @@
-//! OpenAI request bodies to validated requests, parsed once: [`parse_chat`] and
+//! OpenAI request bodies to protocol-free requests, parsed once: [`parse_chat`] and
 //! [`parse_completion`] read every parameter (and refuse every other one) into a
-//! [`ChatRequest`] / [`CompletionRequest`], whose shared part, [`GenerationOptions`], is what
-//! both protocols ask of a generation besides the prompt. Nothing after this module looks at
-//! the JSON again.
+//! [`ChatRequest`] / [`CompletionRequest`], whose shared part is the core's
+//! [`GenerationOptions`]. Nothing after this module looks at the JSON again. The Responses
+//! API (`responses.rs`) reuses [`parse_messages`]' message rules and [`sampling`].
 //!
 //! What is checked here: types, ranges the API itself defines (`n`, `top_logprobs`,
 //! `logit_bias` values, `max_tokens` being a sane number), and combinations
@@ -13,20 +13,16 @@
 
 use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::ChatMessage;
-use serde_json::{Number, Value};
+use serde_json::Value;
 
-use crate::error::ApiError;
-use crate::params::{kind, Fields};
+use crate::core::error::ApiError;
+use crate::core::request::{GenerationOptions, Prompt};
+use crate::http::params::{kind, Fields};
 
 /// Most choices one request may ask for (`n`); each is a sequence in the batch.
 pub const MAX_N: usize = 16;
 /// Most alternatives reported per token (`top_logprobs`, completions' `logprobs`).
 pub const MAX_TOP_LOGPROBS: usize = 20;
-/// Most stop strings per request.
-pub const MAX_STOP: usize = 16;
-/// `max_tokens` above this is refused as absurd before any context arithmetic: no model we
-/// load has a context near it, and it keeps sums far from overflow.
-pub const MAX_TOKENS_LIMIT: i64 = 1 << 24;
 
 /// OpenAI chat parameters this server does not implement: refused, never ignored.
 const CHAT_UNSUPPORTED: &[&str] = &[
@@ -49,47 +45,20 @@ const CHAT_UNSUPPORTED: &[&str] = &[
 /// OpenAI completions parameters this server does not implement.
 const COMPLETION_UNSUPPORTED: &[&str] = &["suffix"];
 
-/// What both protocols ask of a generation, besides the prompt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenerationOptions {
-    /// The model the client named, if any; checked against the served one later.
-    pub model: Option<String>,
-    /// `None`: the server's default, capped by the context left after the prompt.
-    pub max_tokens: Option<usize>,
-    /// Everything but the seed, which is per choice.
-    pub sampling: SamplingParams,
-    /// `None`: a random seed per request.
-    pub seed: Option<u64>,
-    pub stop: Vec<String>,
-    pub ignore_eos: bool,
-    /// `Some(k)`: report each token's logprob and its `k` best alternatives.
-    pub logprobs: Option<usize>,
-    /// Choices, each generated as its own sequence from the same prompt.
-    pub n: usize,
-    pub stream: bool,
-    /// Streaming only: send a last chunk with the usage.
-    pub include_usage: bool,
-    /// vLLM's `cache_salt`: only requests with the same salt share cached prompt blocks.
-    pub cache_salt: Option<String>,
-}
-
+/// A chat request: the messages, the generation options and the OpenAI-only stream flag.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     pub options: GenerationOptions,
-}
-
-/// A completions prompt: text (tokenized with the model's BOS) or token ids (used as given).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Prompt {
-    Text(String),
-    Tokens(Vec<u32>),
+    /// Streaming only: send a last chunk with the usage.
+    pub include_usage: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
     pub options: GenerationOptions,
+    pub include_usage: bool,
 }
 
 /// A `/v1/chat/completions` body.
@@ -97,8 +66,8 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     f.refuse_unsupported(CHAT_UNSUPPORTED)?;
     let messages = parse_messages(f.take_raw("messages"))?;
-    let mut options = parse_options(&mut f)?;
-    if let Some(m) = max_tokens(&mut f, "max_completion_tokens")? {
+    let (mut options, include_usage) = parse_options(&mut f)?;
+    if let Some(m) = f.max_tokens("max_completion_tokens")? {
         if options.max_tokens.is_some_and(|t| t != m) {
             return Err(ApiError::invalid(
                 "max_tokens",
@@ -120,7 +89,11 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     }
     options.logprobs = logprobs.then_some(top.unwrap_or(0));
     f.finish()?;
-    Ok(ChatRequest { messages, options })
+    Ok(ChatRequest {
+        messages,
+        options,
+        include_usage,
+    })
 }
 
 /// A `/v1/completions` body.
@@ -128,7 +101,7 @@ pub fn parse_completion(body: Value) -> Result<CompletionRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     f.refuse_unsupported(COMPLETION_UNSUPPORTED)?;
     let prompt = parse_prompt(f.take_raw("prompt"))?;
-    let mut options = parse_options(&mut f)?;
+    let (mut options, include_usage) = parse_options(&mut f)?;
     if let Some(top) = f.take::<usize>("logprobs")? {
         check_top_logprobs("logprobs", top)?;
         options.logprobs = Some(top);
@@ -146,18 +119,22 @@ pub fn parse_completion(body: Value) -> Result<CompletionRequest, ApiError> {
         }
     }
     f.finish()?;
-    Ok(CompletionRequest { prompt, options })
+    Ok(CompletionRequest {
+        prompt,
+        options,
+        include_usage,
+    })
 }
 
-/// The parameters chat and completions share.
-fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
+/// The parameters chat and completions share, and `stream_options.include_usage`.
+fn parse_options(f: &mut Fields) -> Result<(GenerationOptions, bool), ApiError> {
     let model = f.take::<String>("model")?;
-    let max_tokens = max_tokens(f, "max_tokens")?;
+    let max_tokens = f.max_tokens("max_tokens")?;
     let defaults = SamplingParams::default();
     let sampling = SamplingParams {
         temperature: f.take("temperature")?.unwrap_or(defaults.temperature),
         top_p: f.take("top_p")?.unwrap_or(defaults.top_p),
-        top_k: top_k(f)?,
+        top_k: f.top_k()?,
         min_p: f.take("min_p")?.unwrap_or(defaults.min_p),
         presence_penalty: f.take("presence_penalty")?.unwrap_or(0.0),
         frequency_penalty: f.take("frequency_penalty")?.unwrap_or(0.0),
@@ -165,8 +142,8 @@ fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
         logit_bias: logit_bias(f)?,
         ..defaults
     };
-    let seed = f.take::<Number>("seed")?.map(|n| seed(&n)).transpose()?;
-    let stop = stop(f.take_raw("stop"))?;
+    let seed = f.seed("seed")?;
+    let stop = f.stop("stop")?;
     let ignore_eos = f.take("ignore_eos")?.unwrap_or(false);
     let n: usize = f.take("n")?.unwrap_or(1);
     if n == 0 || n > MAX_N {
@@ -191,57 +168,42 @@ fn parse_options(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
             include
         }
     };
-    let cache_salt = f.take::<String>("cache_salt")?;
-    if cache_salt.as_deref() == Some("") {
-        return Err(ApiError::invalid(
-            "cache_salt",
-            "must be a non-empty string when given",
-        ));
-    }
+    let cache_salt = cache_salt(f)?;
     // Accepted for compatibility; it only labels the request in logs.
-    if let Some(user) = f.take::<String>("user")? {
-        tracing::debug!(user, "request user");
-    }
-    Ok(GenerationOptions {
+    user(f)?;
+    let options = GenerationOptions {
         model,
         max_tokens,
         sampling,
         seed,
         stop,
         ignore_eos,
-        logprobs: None,
         n,
         stream,
-        include_usage,
         cache_salt,
-    })
+        ..GenerationOptions::default()
+    };
+    Ok((options, include_usage))
 }
 
-fn max_tokens(f: &mut Fields, name: &str) -> Result<Option<usize>, ApiError> {
-    match f.take::<i64>(name)? {
-        None => Ok(None),
-        Some(t) if t < 1 => Err(ApiError::invalid(
-            name,
-            format!("must be at least 1, got {t}"),
-        )),
-        Some(t) if t > MAX_TOKENS_LIMIT => Err(ApiError::invalid(
-            name,
-            format!("{t} is absurd; the limit is {MAX_TOKENS_LIMIT} (and the model's context)"),
-        )),
-        Some(t) => Ok(Some(t as usize)),
+/// vLLM's `cache_salt`: a non-empty string when given.
+pub fn cache_salt(f: &mut Fields) -> Result<Option<String>, ApiError> {
+    let salt = f.take::<String>("cache_salt")?;
+    if salt.as_deref() == Some("") {
+        return Err(ApiError::invalid(
+            f.path("cache_salt"),
+            "must be a non-empty string when given",
+        ));
     }
+    Ok(salt)
 }
 
-/// `0` and `-1` (vLLM's spelling) both turn the filter off.
-fn top_k(f: &mut Fields) -> Result<usize, ApiError> {
-    match f.take::<i64>("top_k")? {
-        None | Some(-1) | Some(0) => Ok(0),
-        Some(k) if k < 0 => Err(ApiError::invalid(
-            "top_k",
-            format!("must be >= 0 or -1, got {k}"),
-        )),
-        Some(k) => Ok(k as usize),
+/// `user`: a string, accepted; it only labels the request in logs.
+pub fn user(f: &mut Fields) -> Result<(), ApiError> {
+    if let Some(user) = f.take::<String>("user")? {
+        tracing::debug!(user, "request user");
     }
+    Ok(())
 }
 
 /// OpenAI's `{"token id as a string": bias}`, each bias in [-100, 100].
@@ -269,47 +231,6 @@ fn logit_bias(f: &mut Fields) -> Result<Vec<(u32, f32)>, ApiError> {
     }
     out.sort_by_key(|&(t, _)| t);
     Ok(out)
-}
-
-/// Any JSON integer: negative seeds are taken as their two's-complement bits.
-fn seed(n: &Number) -> Result<u64, ApiError> {
-    n.as_u64()
-        .or_else(|| n.as_i64().map(|i| i as u64))
-        .ok_or_else(|| ApiError::invalid("seed", format!("must be an integer, got {n}")))
-}
-
-fn stop(value: Option<Value>) -> Result<Vec<String>, ApiError> {
-    let stops = match value {
-        None => return Ok(Vec::new()),
-        Some(Value::String(s)) => vec![s],
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) => Ok(s),
-                other => Err(ApiError::invalid(
-                    format!("stop[{i}]"),
-                    format!("expected a string, got {}", kind(&other)),
-                )),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "stop",
-                format!(
-                    "expected a string or an array of strings, got {}",
-                    kind(&other)
-                ),
-            ))
-        }
-    };
-    if stops.len() > MAX_STOP {
-        return Err(ApiError::invalid(
-            "stop",
-            format!("at most {MAX_STOP} stop strings, got {}", stops.len()),
-        ));
-    }
-    Ok(stops)
 }
 
 fn check_top_logprobs(name: &str, top: usize) -> Result<(), ApiError> {
@@ -361,7 +282,7 @@ fn parse_prompt(value: Option<Value>) -> Result<Prompt, ApiError> {
     }
 }
 
-fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
+pub fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match value {
         None => {
             return Err(ApiError::MissingParameter {
@@ -391,7 +312,7 @@ fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
 
 /// One message: `role` (system, developer, user, assistant) and `content` (a string, or a
 /// list of `{"type": "text", "text"}` parts, joined with newlines).
-fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
+pub fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(value, path)?;
     m.refuse_unsupported(&[
         "name",
@@ -443,7 +364,7 @@ fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     Ok(ChatMessage::new(role, content))
 }
 
-fn text_part(part: Value, path: &str) -> Result<String, ApiError> {
+pub fn text_part(part: Value, path: &str) -> Result<String, ApiError> {
     let mut p = Fields::nested(part, path)?;
     let ty: String = p.require("type")?;
     if ty != "text" {
@@ -487,7 +408,7 @@ mod tests {
         assert_eq!(o.logprobs, Some(3));
         assert_eq!(o.sampling.top_k, 40);
         assert_eq!(o.sampling.logit_bias, vec![(7, -100.0)]);
-        assert!(o.include_usage && o.stream);
+        assert!(r.include_usage && o.stream);
         assert_eq!((o.n, o.stop.len()), (2, 2));
     }
 

@@ -13,8 +13,8 @@
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
-use crate::params::{Fields, JsonBody};
+use crate::core::error::ApiError;
+use crate::http::params::{Fields, JsonBody};
 use crate::state::Ready;
 
 pub async fn tokenize(Ready(g): Ready, JsonBody(body): JsonBody) -> Result<Json<Value>, ApiError> {

@@ -17,9 +17,9 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::{Map, Number, Value};
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
 /// instead of axum's plain-text rejections. The size limit is axum's `DefaultBodyLimit`.
@@ -146,6 +146,101 @@ impl Fields {
             Some(name) => Err(ApiError::UnknownParameter {
                 param: format!("{}{name}", self.prefix),
             }),
+        }
+    }
+}
+
+/// Most stop strings per request.
+pub const MAX_STOP: usize = 16;
+/// A token budget above this is refused as absurd before any context arithmetic: no model we
+/// load has a context near it, and it keeps sums far from overflow.
+pub const MAX_TOKENS_LIMIT: i64 = 1 << 24;
+
+/// Readers for parameters several protocols share, each under the name its protocol uses.
+impl Fields {
+    /// A token budget (`max_tokens`, `max_output_tokens`, ...): at least 1 and sane.
+    pub fn max_tokens(&mut self, name: &str) -> Result<Option<usize>, ApiError> {
+        let path = self.path(name);
+        match self.take::<i64>(name)? {
+            None => Ok(None),
+            Some(t) if t < 1 => Err(ApiError::invalid(
+                path,
+                format!("must be at least 1, got {t}"),
+            )),
+            Some(t) if t > MAX_TOKENS_LIMIT => Err(ApiError::invalid(
+                path,
+                format!("{t} is absurd; the limit is {MAX_TOKENS_LIMIT} (and the model's context)"),
+            )),
+            Some(t) => Ok(Some(t as usize)),
+        }
+    }
+
+    /// `top_k`: `0` and `-1` (vLLM's and llama.cpp's spelling) both turn the filter off.
+    pub fn top_k(&mut self) -> Result<usize, ApiError> {
+        let path = self.path("top_k");
+        match self.take::<i64>("top_k")? {
+            None | Some(-1) | Some(0) => Ok(0),
+            Some(k) if k < 0 => Err(ApiError::invalid(
+                path,
+                format!("must be >= 0 or -1, got {k}"),
+            )),
+            Some(k) => Ok(k as usize),
+        }
+    }
+
+    /// A seed: any JSON integer, negative ones taken as their two's-complement bits.
+    pub fn seed(&mut self, name: &str) -> Result<Option<u64>, ApiError> {
+        let path = self.path(name);
+        let Some(n) = self.take::<Number>(name)? else {
+            return Ok(None);
+        };
+        n.as_u64()
+            .or_else(|| n.as_i64().map(|i| i as u64))
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(path, format!("must be an integer, got {n}")))
+    }
+
+    /// Stop strings: one string or an array of at most [`MAX_STOP`].
+    pub fn stop(&mut self, name: &str) -> Result<Vec<String>, ApiError> {
+        let path = self.path(name);
+        let stops = match self.take_raw(name) {
+            None => return Ok(Vec::new()),
+            Some(Value::String(s)) => vec![s],
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s),
+                    other => Err(ApiError::invalid(
+                        format!("{path}[{i}]"),
+                        format!("expected a string, got {}", kind(&other)),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    path,
+                    format!(
+                        "expected a string or an array of strings, got {}",
+                        kind(&other)
+                    ),
+                ))
+            }
+        };
+        if stops.len() > MAX_STOP {
+            return Err(ApiError::invalid(
+                path,
+                format!("at most {MAX_STOP} stop strings, got {}", stops.len()),
+            ));
+        }
+        Ok(stops)
+    }
+
+    /// Takes a parameter whose value is accepted and has no effect here (`metadata`, `user`,
+    /// a flag this server always behaves as): logged at debug, never an error.
+    pub fn accept(&mut self, name: &str) {
+        if let Some(v) = self.take_raw(name) {
+            tracing::debug!(param = name, value = %v, "accepted, no effect");
         }
     }
 }

@@ -1,0 +1,15 @@
+//! The protocol-free core: what every adapter shares and none owns. It knows no wire format
+//! and no status code.
+//!
+//! - [`request`]: the request an adapter parses its body into ([`request::Input`] and
+//!   [`request::GenerationOptions`]);
+//! - [`generate`]: the one generation path — the prompt rendered and tokenized, one
+//!   scheduler request per choice, their merged events, how each choice ended;
+//! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
+//! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
+//!   each protocol its body).
+
+pub mod error;
+pub mod generate;
+pub mod request;
+pub mod stream;

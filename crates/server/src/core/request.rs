@@ -1,0 +1,76 @@
+//! The protocol-free generation request: what every adapter parses its wire format into.
+//!
+//! An adapter fills an [`Input`] (a chat, or a raw prompt) and [`GenerationOptions`] (the
+//! model, the budget, sampling, stops, choices, logprobs, caching). Everything after the
+//! adapter — prompt building, submission, the event stream — reads only these, so a rule
+//! (a default, a cap) lives in one place for every protocol.
+
+use ferrox_engine::sampler::SamplingParams;
+use ferrox_engine::template::ChatMessage;
+
+/// The prompt of a request, as the protocol gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Messages, rendered through the model's chat template.
+    Chat(Vec<ChatMessage>),
+    /// A raw prompt.
+    Completion(Prompt),
+}
+
+/// A raw prompt: text (tokenized with the model's BOS), token ids (used as given), or
+/// llama.cpp's mix of both, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Mixed(Vec<PromptPiece>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptPiece {
+    Text(String),
+    Token(u32),
+}
+
+/// What a request asks of a generation, besides the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationOptions {
+    /// The model the client named, if any; checked against the served one.
+    pub model: Option<String>,
+    /// `None`: the server's default, capped by the context left after the prompt.
+    pub max_tokens: Option<usize>,
+    /// Everything but the seed, which is per choice.
+    pub sampling: SamplingParams,
+    /// `None`: a random seed per request.
+    pub seed: Option<u64>,
+    /// The client's stop strings (a chat's end-of-turn markers are added by the core).
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    /// `Some(k)`: report each token's logprob and its `k` best alternatives.
+    pub logprobs: Option<usize>,
+    /// Choices, each generated as its own sequence from the same prompt.
+    pub n: usize,
+    pub stream: bool,
+    /// vLLM's `cache_salt`: only requests with the same salt share cached prompt blocks.
+    pub cache_salt: Option<String>,
+    /// llama.cpp's `cache_prompt`: `false` computes the whole prompt, reusing nothing cached.
+    pub reuse_cached_prompt: bool,
+}
+
+impl Default for GenerationOptions {
+    fn default() -> Self {
+        GenerationOptions {
+            model: None,
+            max_tokens: None,
+            sampling: SamplingParams::default(),
+            seed: None,
+            stop: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+            n: 1,
+            stream: false,
+            cache_salt: None,
+            reuse_cached_prompt: true,
+        }
+    }
+}

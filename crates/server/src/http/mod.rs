@@ -1,0 +1,8 @@
+//! HTTP plumbing every protocol uses, and nothing protocol-specific: the body as named
+//! parameters ([`params`]), statuses and the error-rendering layer ([`errors`]), SSE framing
+//! ([`sse`]) and Prometheus metrics ([`metrics`]).
+
+pub mod errors;
+pub mod metrics;
+pub mod params;
+pub mod sse;
