@@ -71,6 +71,13 @@ pub struct ServeArgs {
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long, env = "FERROX_MAX_BODY_BYTES", default_value_t = ServerConfig::default().max_body_bytes)]
     pub max_body_bytes: usize,
+    /// Most responses the Responses API keeps for `previous_response_id` (least recently
+    /// used evicted first).
+    #[arg(long, env = "FERROX_RESPONSES_MAX_ENTRIES", default_value_t = ServerConfig::default().responses_max_entries)]
+    pub responses_max_entries: usize,
+    /// Most bytes the Responses API's store holds.
+    #[arg(long, env = "FERROX_RESPONSES_MAX_BYTES", default_value_t = ServerConfig::default().responses_max_bytes)]
+    pub responses_max_bytes: usize,
     /// Seconds in-flight requests may run on after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, env = "FERROX_SHUTDOWN_GRACE", default_value_t = ferrox_server::DEFAULT_SHUTDOWN_GRACE.as_secs())]
     pub shutdown_grace: u64,
@@ -119,6 +126,8 @@ impl ServeArgs {
             model_id: self.alias.clone(),
             max_body_bytes: self.max_body_bytes,
             default_max_tokens: self.default_max_tokens,
+            responses_max_entries: self.responses_max_entries,
+            responses_max_bytes: self.responses_max_bytes,
         }
     }
 }

@@ -178,7 +178,14 @@ impl Response {
     }
 }
 
-/// Server-sent events of a response, one `data` payload at a time.
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Server-sent events of a response, one at a time.
 #[derive(Debug)]
 pub struct EventReader {
     body: Incoming,
@@ -190,10 +197,19 @@ impl EventReader {
     /// The `data` of the next event (its `data:` lines joined by newlines); comments and
     /// events without data are skipped. `None` at the end of the body.
     pub async fn next_data(&mut self) -> Result<Option<String>, ClientError> {
+        Ok(self.next_event().await?.map(|e| e.data))
+    }
+
+    /// The next event with data: its `event:` name, if it has one, and its data.
+    pub async fn next_event(&mut self) -> Result<Option<SseEvent>, ClientError> {
         loop {
             if let Some(event) = self.take_event()? {
                 if let Some(data) = event_data(&event) {
-                    return Ok(Some(data));
+                    let name = event
+                        .lines()
+                        .find_map(|l| l.strip_prefix("event:"))
+                        .map(|n| n.trim().to_string());
+                    return Ok(Some(SseEvent { event: name, data }));
                 }
                 continue;
             }

@@ -25,6 +25,7 @@ use axum::{middleware, Extension, Json, Router};
 use serde_json::{json, Value};
 use tower_http::catch_panic::CatchPanicLayer;
 
+use crate::anthropic;
 use crate::core::error::ApiError;
 use crate::http::errors::{render, with_error_shape};
 use crate::http::metrics::track_requests;
@@ -41,11 +42,26 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models/:id", get(model))
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(openai::chat::handle))
-        .route("/v1/completions", post(openai::completions::handle));
+        .route("/v1/completions", post(openai::completions::handle))
+        .route("/v1/responses", post(openai::responses::create))
+        .route(
+            "/v1/responses/:id",
+            get(openai::responses::get).delete(openai::responses::delete),
+        );
     let llamacpp = Router::new()
+        .route("/completion", post(llamacpp::completion::completion))
+        .route("/completions", post(llamacpp::completion::completion))
+        .route("/infill", post(llamacpp::completion::infill))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize));
+    let anthropic = Router::new()
+        .route("/v1/messages", post(anthropic::messages::handle))
+        .route(
+            "/v1/messages/count_tokens",
+            post(anthropic::messages::count_tokens),
+        );
     let routes = with_error_shape(openai, openai::error_body)
+        .merge(with_error_shape(anthropic, anthropic::error_body))
         .merge(with_error_shape(llamacpp, llamacpp::error_body));
     with_layers(routes, state)
 }

@@ -21,6 +21,7 @@ use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::core::error::ApiError;
 use crate::http::metrics::Metrics;
 use crate::http::params::DEFAULT_MAX_BODY_BYTES;
+use crate::openai::store::{self, ResponseStore};
 
 /// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
 /// binary from flags and environment, by tests directly.
@@ -35,6 +36,10 @@ pub struct ServerConfig {
     /// whole context" would let one chat hold a 32k-token lease; 2048 leaves room for 16
     /// concurrent requests in the default 1 GiB KV budget of the default model.
     pub default_max_tokens: usize,
+    /// Caps of the Responses API's store (`openai/store.rs`): most responses kept, and most
+    /// bytes; past either, the least recently used are evicted.
+    pub responses_max_entries: usize,
+    pub responses_max_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +48,8 @@ impl Default for ServerConfig {
             model_id: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             default_max_tokens: 2048,
+            responses_max_entries: store::DEFAULT_MAX_ENTRIES,
+            responses_max_bytes: store::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -138,6 +145,8 @@ pub struct AppState {
     generator: Arc<OnceLock<Arc<Generator>>>,
     pub metrics: Arc<Metrics>,
     pub config: Arc<ServerConfig>,
+    /// Stored responses of the Responses API; they outlive any one model.
+    pub responses: Arc<ResponseStore>,
 }
 
 impl AppState {
@@ -146,6 +155,10 @@ impl AppState {
         AppState {
             generator: Arc::new(OnceLock::new()),
             metrics: Arc::new(Metrics::default()),
+            responses: Arc::new(ResponseStore::new(
+                config.responses_max_entries,
+                config.responses_max_bytes,
+            )),
             config: Arc::new(config),
         }
     }

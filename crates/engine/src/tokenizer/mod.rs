@@ -56,7 +56,7 @@ use aho_corasick::AhoCorasick;
 
 pub use stream::StreamDecoder;
 use vocab::{attr, Vocab};
-pub use vocab::{PreTokenizer, VocabKind, VocabMetadata};
+pub use vocab::{FimTokens, PreTokenizer, VocabKind, VocabMetadata};
 
 /// Why a vocabulary could not be loaded. Each variant names the metadata key or value at fault.
 #[derive(Debug, thiserror::Error)]
@@ -290,6 +290,11 @@ impl Tokenizer {
     /// End-of-sequence token.
     pub fn eos(&self) -> Option<u32> {
         self.vocab.eos
+    }
+
+    /// The fill-in-the-middle tokens the vocabulary has.
+    pub fn fim(&self) -> FimTokens {
+        self.vocab.fim
     }
 
     /// End-of-turn token (`tokenizer.ggml.eot_token_id`, else found by name, e.g. `<end_of_turn>`).

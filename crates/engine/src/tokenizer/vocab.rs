@@ -52,6 +52,17 @@ pub enum PreTokenizer {
 ///
 /// [`super::Tokenizer::from_gguf`] fills this from a file; tests build it directly (e.g. a
 /// small synthetic BPE vocabulary). Field names follow the `tokenizer.ggml.*` keys.
+/// A vocabulary's fill-in-the-middle tokens (`/infill` lays a prompt out with them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FimTokens {
+    pub pre: Option<u32>,
+    pub suf: Option<u32>,
+    pub mid: Option<u32>,
+    pub pad: Option<u32>,
+    pub rep: Option<u32>,
+    pub sep: Option<u32>,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct VocabMetadata {
     /// `tokenizer.ggml.model`
@@ -112,6 +123,8 @@ pub(crate) struct Vocab {
     pub ignore_merges: bool,
     /// End-of-generation ids, sorted ascending.
     pub eog: Vec<u32>,
+    /// Fill-in-the-middle tokens, found by name as llama.cpp finds them.
+    pub fim: FimTokens,
     /// Control, user-defined and unknown tokens, longest text first (ties: lower id first),
     /// which is the order llama.cpp carves them out of the input.
     pub special_by_len: Vec<u32>,
@@ -404,6 +417,7 @@ impl Vocab {
             }
         }
         let mut fim_eog = Vec::new();
+        let mut found = [None; 6];
         for (i, names) in [
             FIM_PRE_NAMES,
             FIM_SUF_NAMES,
@@ -416,6 +430,7 @@ impl Vocab {
         .enumerate()
         {
             if let Some(id) = find_first(names) {
+                found[i] = Some(id);
                 mark_control(id, &mut attrs);
                 // pad, repo and file-separator FIM tokens also end generation.
                 if i >= 3 {
@@ -424,6 +439,15 @@ impl Vocab {
             }
         }
 
+        let [fim_pre, suf, mid, fim_pad, rep, sep] = found;
+        let fim = FimTokens {
+            pre: fim_pre,
+            suf,
+            mid,
+            pad: fim_pad,
+            rep,
+            sep,
+        };
         let mut eog: Vec<u32> = fim_eog;
         for name in EOG_NAMES {
             if let Some(&id) = text_to_id.get(name.as_bytes()) {
@@ -487,6 +511,7 @@ impl Vocab {
             add_space_prefix,
             ignore_merges,
             eog,
+            fim,
             special_by_len,
         })
     }

@@ -137,11 +137,12 @@ impl Generator {
         options: &GenerationOptions,
         chat: bool,
     ) -> Result<Generation, ApiError> {
-        let max_tokens = options.max_tokens.unwrap_or_else(|| {
-            self.default_max_tokens
-                .min(self.context_tokens.saturating_sub(prompt_ids.len()))
-                .max(1)
-        });
+        let left = self.context_tokens.saturating_sub(prompt_ids.len());
+        let max_tokens = match options.max_tokens {
+            Some(n) => n,
+            None if options.fill_context => left.max(1),
+            None => self.default_max_tokens.min(left).max(1),
+        };
         let mut stop = StopConfig {
             stop_strings: options.stop.clone(),
             stop_token_ids: Vec::new(),
@@ -288,8 +289,9 @@ impl Generation {
     }
 
     /// Waits for every choice and returns them in index order; the first failed choice
-    /// fails the request (the others are cancelled as the generation drops).
-    pub async fn collect(mut self) -> Result<(Vec<ChoiceOutput>, RequestUsage), ApiError> {
+    /// fails the request (the others are cancelled as the generation drops). Usage and
+    /// timings are complete afterwards.
+    pub async fn collect(&mut self) -> Result<Vec<ChoiceOutput>, ApiError> {
         let mut tokens: Vec<Vec<TokenEvent>> = vec![Vec::new(); self.n];
         let mut done: Vec<Option<(Completion, Finish)>> = vec![None; self.n];
         while let Some(ChoiceEvent { index, event }) = self.next().await {
@@ -316,7 +318,7 @@ impl Generation {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((outputs, self.usage))
+        Ok(outputs)
     }
 }
 

@@ -37,8 +37,12 @@ pub enum PromptPiece {
 pub struct GenerationOptions {
     /// The model the client named, if any; checked against the served one.
     pub model: Option<String>,
-    /// `None`: the server's default, capped by the context left after the prompt.
+    /// `None`: the server's default, capped by the context left after the prompt (or the
+    /// whole context left, with `fill_context`).
     pub max_tokens: Option<usize>,
+    /// llama.cpp's `n_predict: -1`: without `max_tokens`, generate until a stop or the end
+    /// of the context (the KV for all of it is leased at admission).
+    pub fill_context: bool,
     /// Everything but the seed, which is per choice.
     pub sampling: SamplingParams,
     /// `None`: a random seed per request.
@@ -62,6 +66,7 @@ impl Default for GenerationOptions {
         GenerationOptions {
             model: None,
             max_tokens: None,
+            fill_context: false,
             sampling: SamplingParams::default(),
             seed: None,
             stop: Vec::new(),

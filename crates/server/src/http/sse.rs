@@ -48,11 +48,12 @@ impl Frame {
     }
 
     fn into_event(self) -> Event {
-        let event = Event::default().data(self.data);
-        match self.event {
-            Some(name) => event.event(name),
-            None => event,
-        }
+        // `event:` first, as the protocols' own servers write it.
+        let event = match self.event {
+            Some(name) => Event::default().event(name),
+            None => Event::default(),
+        };
+        event.data(self.data)
     }
 }
 

@@ -12,8 +12,8 @@
 pub mod chat;
 pub mod completions;
 pub mod parse;
-// pub mod responses;
-// pub mod store;
+pub mod responses;
+pub mod store;
 
 use std::sync::Arc;
 
@@ -148,7 +148,9 @@ pub async fn serve<S: Shape>(
         return Ok(sse_response(drive(generation, encoder), Ping::Comment));
     }
     let generator = Arc::clone(&generation.generator);
-    let (outputs, usage) = generation.collect().await?;
+    let mut generation = generation;
+    let outputs = generation.collect().await?;
+    let usage = generation.usage();
     let choices = outputs
         .iter()
         .enumerate()

@@ -169,6 +169,33 @@ impl TestServer {
         (status, out)
     }
 
+    /// A streaming request's events with their names: `(event, data as JSON)`.
+    pub async fn named_stream(&self, path: &str, body: Value) -> (u16, Vec<(String, Value)>) {
+        let r = self.post_raw(path, body).await;
+        let status = r.status;
+        let mut events = r.events();
+        let mut out = Vec::new();
+        while let Some(e) = events.next_event().await.expect("event stream") {
+            let data = serde_json::from_str(&e.data).unwrap_or(Value::String(e.data));
+            out.push((e.event.unwrap_or_default(), data));
+        }
+        (status, out)
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .endpoint
+            .send(axum::http::Method::DELETE, path, None)
+            .await
+            .expect("request sent");
+        let status = r.status;
+        let text = r.text().await.expect("body read");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
     pub fn status(&self) -> SchedulerStatus {
         self.state.generator().unwrap().scheduler.status()
     }

@@ -3,8 +3,11 @@
 
 mod common;
 
+mod anthropic;
 mod cancel;
 mod default_model;
 mod errors;
 mod generation;
+mod llamacpp;
+mod responses;
 mod routes;

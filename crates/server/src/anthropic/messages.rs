@@ -1,0 +1,188 @@
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's Messages API,
+//! encoded.
+//!
+//! Reply: `{id: "msg_…", type: "message", role: "assistant", content: [{type: "text",
+//! text}], model, stop_reason, stop_sequence, usage}`. `stop_reason` is `end_turn` (the
+//! model ended its turn), `stop_sequence` (with the matched string in `stop_sequence`) or
+//! `max_tokens`.
+//!
+//! Usage follows Anthropic's split: `input_tokens` are the prompt tokens computed,
+//! `cache_read_input_tokens` those served from the prefix cache, so their sum is the whole
+//! prompt — what `count_tokens` returns. `cache_creation_input_tokens` is always 0: caching
+//! is automatic here and costs nothing extra.
+//!
+//! Streaming, in Anthropic's grammar: `message_start` (its usage counts the whole prompt as
+//! input, since what the cache supplies is known only at the end) → `content_block_start` →
+//! `content_block_delta`s (`text_delta`) → `content_block_stop` → `message_delta` (the
+//! stop reason and the final usage, cumulative) → `message_stop`. One text block, so blocks
+//! never interleave. Idle time is filled with `ping` events; a failure after the headers is
+//! `event: error`.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ferrox_sched::{Completion, TokenEvent};
+use serde_json::{json, Value};
+
+use super::error_object;
+use super::parse::{parse_count_tokens, parse_messages};
+use crate::core::error::ApiError;
+use crate::core::generate::{generate, prompt_ids, Finish, Generation, RequestUsage};
+use crate::core::request::Input;
+use crate::core::stream::{drive, Encoder};
+use crate::http::params::JsonBody;
+use crate::http::sse::{sse_response, Frame, Ping};
+use crate::openai::random_id;
+use crate::state::Ready;
+
+pub async fn handle(
+    Ready(generator): Ready,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let request = parse_messages(body)?;
+    let options = request.options;
+    let generation = generate(generator, Input::Chat(request.messages), &options).await?;
+    let message = Message {
+        id: random_id("msg_"),
+        model: generation.generator.model_id.clone(),
+    };
+    if options.stream {
+        let ping = Frame::named("ping", &json!({"type": "ping"}));
+        let encoder = Events { message };
+        return Ok(sse_response(drive(generation, encoder), Ping::Event(ping)));
+    }
+    let mut generation = generation;
+    let outputs = generation.collect().await?;
+    let usage = generation.usage();
+    let out = &outputs[0];
+    let mut body = message.object(&out.completion.text, usage);
+    set_stop(&mut body, &out.finish);
+    Ok(Json(body).into_response())
+}
+
+pub async fn count_tokens(
+    Ready(generator): Ready,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let (model, messages) = parse_count_tokens(body)?;
+    generator.check_model(model.as_deref())?;
+    let ids = prompt_ids(&generator, Input::Chat(messages)).await?;
+    Ok(Json(json!({ "input_tokens": ids.len() })))
+}
+
+/// What the reply and every event of one message share.
+struct Message {
+    id: String,
+    model: String,
+}
+
+impl Message {
+    /// The message object with `text` as its one block (an empty text: no block).
+    fn object(&self, text: &str, usage: RequestUsage) -> Value {
+        let content: Vec<Value> = match text {
+            "" => Vec::new(),
+            text => vec![json!({"type": "text", "text": text})],
+        };
+        json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "content": content,
+            "model": self.model,
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": usage_json(usage),
+        })
+    }
+}
+
+fn usage_json(u: RequestUsage) -> Value {
+    json!({
+        "input_tokens": u.prompt_tokens - u.cached_tokens,
+        "output_tokens": u.completion_tokens,
+        "cache_read_input_tokens": u.cached_tokens,
+        "cache_creation_input_tokens": 0,
+    })
+}
+
+/// `stop_reason` and `stop_sequence` of `finish`, into `target`.
+fn set_stop(target: &mut Value, finish: &Finish) {
+    let (reason, sequence) = match finish {
+        Finish::EndOfTurn => ("end_turn", Value::Null),
+        Finish::StopSequence(s) => ("stop_sequence", json!(s)),
+        Finish::Length => ("max_tokens", Value::Null),
+    };
+    target["stop_reason"] = json!(reason);
+    target["stop_sequence"] = sequence;
+}
+
+/// The stream encoder: one text block, opened with the message.
+struct Events {
+    message: Message,
+}
+
+fn event(name: &'static str, mut data: Value) -> Frame {
+    data["type"] = json!(name);
+    Frame::named(name, &data)
+}
+
+fn text_delta(text: &str) -> Frame {
+    event(
+        "content_block_delta",
+        json!({"index": 0, "delta": {"type": "text_delta", "text": text}}),
+    )
+}
+
+impl Encoder for Events {
+    type Chunk = Frame;
+
+    fn open(&mut self, g: &Generation) -> Vec<Frame> {
+        let usage = RequestUsage {
+            cached_tokens: 0,
+            ..g.usage()
+        };
+        vec![
+            event(
+                "message_start",
+                json!({"message": self.message.object("", usage)}),
+            ),
+            event(
+                "content_block_start",
+                json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+        ]
+    }
+
+    fn token(&mut self, _: &Generation, _: usize, token: &TokenEvent) -> Vec<Frame> {
+        match token.text.as_str() {
+            "" => Vec::new(),
+            text => vec![text_delta(text)],
+        }
+    }
+
+    fn text(&mut self, _: &Generation, _: usize, text: &str) -> Vec<Frame> {
+        vec![text_delta(text)]
+    }
+
+    fn finish(&mut self, g: &Generation, _: usize, f: &Finish, _: &Completion) -> Vec<Frame> {
+        let mut delta = json!({});
+        set_stop(&mut delta, f);
+        vec![
+            event("content_block_stop", json!({"index": 0})),
+            event(
+                "message_delta",
+                json!({"delta": delta, "usage": usage_json(g.usage())}),
+            ),
+        ]
+    }
+
+    fn close(&mut self, _: &Generation) -> Vec<Frame> {
+        vec![event("message_stop", json!({}))]
+    }
+
+    fn fail(&mut self, _: &Generation, e: &ApiError) -> Vec<Frame> {
+        vec![event(
+            "error",
+            json!({"error": error_object(e, "api_error")}),
+        )]
+    }
+}
