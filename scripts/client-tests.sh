@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Python client tests: the official `openai` SDK against a live `ferrox serve` with the
-# default model. Builds the binary (dev profile, which is optimized), installs `openai` and
-# `pytest` if missing, starts the server on a free loopback port, waits for /health, runs
+# Python client tests: the official `openai` (chat, completions, responses) and `anthropic`
+# (messages) SDKs against a live `ferrox serve` with the default model. Builds the binary
+# (dev profile, which is optimized), installs `openai`, `anthropic` and `pytest` if missing, starts the server on a free loopback port, waits for /health, runs
 # tests/python, then stops the server with SIGTERM and checks that it exits 0 (graceful
 # shutdown). The exit status is the tests'.
 set -euo pipefail
@@ -12,6 +12,7 @@ pip_install() {
     python3 -m pip install --quiet --disable-pip-version-check "$@"
 }
 python3 -c "import openai" 2>/dev/null || pip_install openai
+python3 -c "import anthropic" 2>/dev/null || pip_install anthropic
 python3 -c "import pytest" 2>/dev/null || pip_install pytest || echo "pytest unavailable; running the tests as a plain script"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -51,7 +52,9 @@ status=0
 if python3 -c "import pytest" 2>/dev/null; then
     python3 -m pytest -q tests/python || status=$?
 else
-    python3 tests/python/test_openai.py || status=$?
+    for t in tests/python/test_*.py; do
+        python3 "$t" || status=$?
+    done
 fi
 
 # Graceful shutdown: SIGTERM must stop the server with exit status 0.

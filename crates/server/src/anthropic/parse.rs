@@ -6,11 +6,15 @@
 //! - `max_tokens` is required, as Anthropic requires it;
 //! - consecutive messages of one role are joined into one turn (with a blank line), as
 //!   Anthropic combines them; the chat template then sees alternating turns;
-//! - `cache_control` on a block is accepted and changes nothing: the prefix cache is
-//!   automatic, every prompt is cached;
+//! - `cache_control` (on a block or the whole request) is accepted and changes nothing: the
+//!   prefix cache is automatic, every prompt is cached; so are the parameters that label or
+//!   route a request on Anthropic's side (`service_tier`, `inference_geo`, `speed`,
+//!   `workspace_id`, ...);
+//! - `temperature`, `top_p` and `top_k` are honoured (the current SDK sends them through
+//!   `extra_body` only);
 //! - block types this server cannot serve yet (`image`, `document`, `tool_use`,
-//!   `tool_result`, `thinking`, ...) and the `tools`, `tool_choice` and `thinking`
-//!   parameters are refused by name, never dropped;
+//!   `tool_result`, `thinking`, ...) and the `tools`, `tool_choice`, `thinking` and
+//!   `output_config` parameters are refused by name, never dropped;
 //! - a conversation ending in an assistant turn (Anthropic's "prefill") is refused by name:
 //!   continuing an assistant turn needs the template to leave it open, which it does not.
 
@@ -27,9 +31,22 @@ const UNSUPPORTED: &[&str] = &[
     "tools",
     "tool_choice",
     "thinking",
+    "output_config",
     "mcp_servers",
     "container",
+];
+
+/// Parameters that label or route a request on Anthropic's side and change nothing about
+/// what is generated: accepted and logged. (A top-level `cache_control` marks the prompt
+/// for caching, which is automatic here.)
+const NO_EFFECT: &[&str] = &[
+    "cache_control",
     "service_tier",
+    "inference_geo",
+    "speed",
+    "user_profile_id",
+    "workspace_id",
+    "diagnostics",
 ];
 
 /// A `/v1/messages` request.
@@ -43,6 +60,9 @@ pub struct MessagesRequest {
 pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     f.refuse_unsupported(UNSUPPORTED)?;
+    for name in NO_EFFECT {
+        f.accept(name);
+    }
     let messages = conversation(&mut f)?;
     let max_tokens = f
         .max_tokens("max_tokens")?
@@ -73,6 +93,9 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
 pub fn parse_count_tokens(body: Value) -> Result<(Option<String>, Vec<ChatMessage>), ApiError> {
     let mut f = Fields::from_body(body)?;
     f.refuse_unsupported(UNSUPPORTED)?;
+    for name in NO_EFFECT {
+        f.accept(name);
+    }
     let messages = conversation(&mut f)?;
     let model = f.take("model")?;
     f.finish()?;

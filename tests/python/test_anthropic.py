@@ -1,0 +1,136 @@
+"""The official `anthropic` Python SDK against a running `ferrox serve` (the default model).
+
+Run by scripts/client-tests.sh, which starts the server and sets FERROX_URL (the base URL
+including /v1; the Anthropic SDK wants it without). Works under pytest or as a plain script.
+The default model is a tiny base model: the tests check the protocol, never the answers.
+"""
+
+import json
+import os
+import sys
+import urllib.request
+
+import anthropic
+
+BASE_URL = os.environ.get("FERROX_URL", "http://127.0.0.1:8080/v1").removesuffix("/v1")
+client = anthropic.Anthropic(base_url=BASE_URL, api_key="unused", max_retries=0, timeout=120)
+MODEL = None
+
+
+def model():
+    global MODEL
+    if MODEL is None:
+        with urllib.request.urlopen(f"{BASE_URL}/v1/models") as r:
+            MODEL = json.load(r)["data"][0]["id"]
+    return MODEL
+
+
+def ask(**kw):
+    # The SDK no longer takes `temperature` as an argument; the API still does.
+    args = dict(
+        model=model(),
+        max_tokens=8,
+        extra_body={"temperature": 0},
+        messages=[{"role": "user", "content": "What is 2 + 2?"}],
+    )
+    args.update(kw)
+    return client.messages.create(**args)
+
+
+def test_basic_message_has_anthropics_shape():
+    m = ask()
+    assert m.id.startswith("msg_")
+    assert m.type == "message" and m.role == "assistant"
+    assert m.model == model()
+    assert m.stop_reason in ("end_turn", "max_tokens")
+    assert m.usage.output_tokens >= 1
+    assert m.content == [] or m.content[0].type == "text"
+
+
+def test_system_prompt_and_multi_turn():
+    m = ask(
+        system=[{"type": "text", "text": "Answer in one word."}],
+        messages=[
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": [{"type": "text", "text": "Blue."}]},
+            {"role": "user", "content": "Another one?"},
+        ],
+    )
+    assert m.usage.input_tokens + m.usage.cache_read_input_tokens > 20
+
+
+def test_streaming_events_in_order_and_equal_to_the_message():
+    whole = ask(max_tokens=12)
+    with client.messages.stream(
+        model=model(),
+        max_tokens=12,
+        extra_body={"temperature": 0},
+        messages=[{"role": "user", "content": "What is 2 + 2?"}],
+    ) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert types[0] == "message_start", types
+    assert types[-1] == "message_stop", types
+    assert "message_delta" in types
+    text = "".join(b.text for b in final.content)
+    assert text == "".join(b.text for b in whole.content)
+    assert final.stop_reason == whole.stop_reason
+    assert final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_stop_sequence_is_named():
+    whole = ask(max_tokens=24, messages=[{"role": "user", "content": "Count: 1, 2, 3,"}])
+    text = "".join(b.text for b in whole.content)
+    if len(text) < 6:
+        return  # the model ended its turn at once: nothing to cut
+    stop = text[3:5]
+    m = ask(max_tokens=24, stop_sequences=[stop], messages=[{"role": "user", "content": "Count: 1, 2, 3,"}])
+    assert m.stop_reason == "stop_sequence", m
+    assert m.stop_sequence == stop
+    assert "".join(b.text for b in m.content) == text[: text.find(stop)]
+
+
+def test_count_tokens_equals_what_a_call_reports():
+    messages = [{"role": "user", "content": "Tell me about the sea."}]
+    counted = client.messages.count_tokens(
+        model=model(), messages=messages, system="Be brief.", cache_control={"type": "ephemeral"}
+    )
+    m = ask(messages=messages, system="Be brief.")
+    assert counted.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens
+
+
+def test_errors_are_typed():
+    try:
+        ask(tools=[{"name": "f", "input_schema": {"type": "object"}}])
+        raise AssertionError("tools were accepted")
+    except anthropic.BadRequestError as e:
+        assert e.body["error"]["type"] == "invalid_request_error"
+        assert "tools" in e.body["error"]["message"]
+    try:
+        ask(model="claude-opus-4-1")
+        raise AssertionError("an unknown model was served")
+    except anthropic.NotFoundError as e:
+        assert e.body["error"]["type"] == "not_found_error"
+    try:
+        client.messages.create(model=model(), messages=[{"role": "user", "content": "x"}], max_tokens=0)
+        raise AssertionError("max_tokens 0 was accepted")
+    except anthropic.BadRequestError:
+        pass
+
+
+def main():
+    tests = [(name, fn) for name, fn in sorted(globals().items()) if name.startswith("test_")]
+    failed = 0
+    for name, fn in tests:
+        try:
+            fn()
+            print(f"ok   {name}")
+        except Exception as e:  # noqa: BLE001 - report every failure and go on
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    print(f"{len(tests) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
