@@ -255,3 +255,71 @@ async fn a_full_queue_is_503_with_retry_after() {
     let (_, metrics) = s.get("/metrics").await;
     assert!(metrics.contains("ferrox_refusals_total{type=\"queue_full\"} 1"));
 }
+
+/// Every route, top level and nested: a parameter no API defines is a 400 that names it, in
+/// the route's own error shape (never `param: null`).
+#[tokio::test]
+async fn an_unknown_parameter_is_named_on_every_route() {
+    let s = server().await;
+    let user = json!([{"role": "user", "content": "x"}]);
+    let routes = [
+        (
+            "/v1/chat/completions",
+            json!({"messages": user, "max_tokens": 2}),
+        ),
+        ("/v1/completions", json!({"prompt": "x", "max_tokens": 2})),
+        (
+            "/v1/responses",
+            json!({"input": "x", "max_output_tokens": 2}),
+        ),
+        ("/v1/messages", json!({"messages": user, "max_tokens": 2})),
+        ("/v1/messages/count_tokens", json!({"messages": user})),
+        ("/completion", json!({"prompt": "x", "n_predict": 2})),
+        ("/infill", json!({"input_prefix": "x"})),
+        ("/tokenize", json!({"content": "x"})),
+        ("/detokenize", json!({"tokens": [1]})),
+    ];
+    for (route, body) in routes {
+        let mut bad = body.clone();
+        bad["zz_unknown"] = json!(1);
+        let (status, v) = s.post(route, bad).await;
+        assert_eq!(status, 400, "{route}: {v}");
+        assert_eq!(v["error"]["param"], "zz_unknown", "{route}: {v}");
+    }
+    let nested = [
+        (
+            "/v1/chat/completions",
+            "/messages/0",
+            "messages[0].zz_unknown",
+        ),
+        ("/v1/messages", "/messages/0", "messages[0].zz_unknown"),
+        ("/v1/responses", "/input/0", "input[0].zz_unknown"),
+    ];
+    for (route, pointer, param) in nested {
+        let mut body = json!({"messages": user, "input": user, "max_tokens": 2});
+        if route == "/v1/responses" {
+            body.as_object_mut().unwrap().remove("messages");
+            body.as_object_mut().unwrap().remove("max_tokens");
+        } else {
+            body.as_object_mut().unwrap().remove("input");
+        }
+        body.pointer_mut(pointer).unwrap()["zz_unknown"] = json!(1);
+        let (status, v) = s.post(route, body).await;
+        assert_eq!(
+            (status, &v["error"]["param"]),
+            (400, &json!(param)),
+            "{route}: {v}"
+        );
+    }
+    let (status, v) = s
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": user, "stream": true,
+                                             "stream_options": {"zz_unknown": 1}}),
+        )
+        .await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("stream_options.zz_unknown"))
+    );
+}
