@@ -212,21 +212,13 @@ pub async fn shared_prefix(endpoint: &Endpoint, args: &BenchServeArgs) -> Result
     Ok(())
 }
 
-/// A streaming chat request with standard OpenAI fields only (see the module doc).
+/// A streaming chat request through the chosen chat-shaped route; on `chat`, standard
+/// OpenAI fields only (see the module doc).
 pub fn chat_request(args: &BenchServeArgs, messages: Vec<Value>, max_tokens: usize) -> Request {
-    let mut body = json!({
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if let Some(m) = &args.model {
-        body["model"] = json!(m);
-    }
+    let route = args.route();
     Request {
-        path: "/v1/chat/completions",
-        body,
+        route,
+        body: route.body(&messages, max_tokens, args.model.as_deref()),
     }
 }
 
@@ -392,7 +384,7 @@ mod tests {
         }
         let args = Cli::parse_from(["x", "--scenario", "shared-prefix"]).args;
         let request = chat_request(&args, warm_up_messages(), 8);
-        assert_eq!(request.path, "/v1/chat/completions");
+        assert_eq!(request.route.path(), "/v1/chat/completions");
         let mut keys: Vec<&str> = request
             .body
             .as_object()

@@ -23,6 +23,7 @@ use ferrox_server::client::Endpoint;
 use serde_json::{json, Value};
 
 use crate::bench_reuse;
+use crate::bench_route::Route;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchServeArgs {
@@ -37,6 +38,10 @@ pub struct BenchServeArgs {
     /// (conversation), or concurrent chats behind one system prompt (shared-prefix).
     #[arg(long, value_enum, default_value_t = Scenario::Load)]
     pub scenario: Scenario,
+    /// The protocol to send through [default: completions for load, chat otherwise]; the
+    /// conversation and shared-prefix scenarios take the chat-shaped routes only.
+    #[arg(long, value_enum)]
+    pub route: Option<Route>,
     /// Concurrency levels, comma-separated [default: 1,4,8,16; shared-prefix: 16].
     #[arg(short = 'n', long, value_delimiter = ',')]
     pub concurrency: Vec<usize>,
@@ -108,8 +113,20 @@ impl BenchServeArgs {
         }
     }
 
+    /// `--route`, or the scenario's default.
+    pub fn route(&self) -> Route {
+        self.route.unwrap_or(match self.scenario {
+            Scenario::Load => Route::Completions,
+            _ => Route::Chat,
+        })
+    }
+
     /// Refuses flags the scenario cannot honour, before anything is sent.
     fn check(&self) -> Result<(), String> {
+        if self.scenario != Scenario::Load && !self.route().is_chat() {
+            return Err("the conversation and shared-prefix scenarios send chats: use                         --route chat, messages or responses"
+                .into());
+        }
         if self.scenario == Scenario::Conversation {
             if !self.concurrency.is_empty() {
                 return Err("-n does not apply to --scenario conversation: it runs one \
@@ -131,7 +148,7 @@ impl BenchServeArgs {
 /// One streaming request to send: its route and its JSON body.
 #[derive(Debug, Clone)]
 pub struct Request {
-    pub path: &'static str,
+    pub route: Route,
     pub body: Value,
 }
 
@@ -312,22 +329,13 @@ impl WordRng {
     }
 }
 
-/// The load's request: a streaming completion of `prompt`, exactly `max_tokens` long.
+/// The load's request: `prompt` as the user's text, through the chosen route.
 fn completion_request(args: &BenchServeArgs, prompt: String, max_tokens: usize) -> Request {
-    let mut body = json!({
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": true,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if let Some(m) = &args.model {
-        body["model"] = json!(m);
-    }
+    let route = args.route();
+    let messages = [json!({"role": "user", "content": prompt})];
     Request {
-        path: "/v1/completions",
-        body,
+        route,
+        body: route.body(&messages, max_tokens, args.model.as_deref()),
     }
 }
 
@@ -342,13 +350,13 @@ pub async fn stream_within(
         .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
 }
 
-/// Sends one streaming request and times its chunks. A chunk's text is `choices[0].text`
-/// (completions) or `choices[0].delta.content` (chat); chunks without text (a chat's role
-/// chunk, the finish chunk, the usage chunk) are not timed.
+/// Sends one streaming request and times its events. What text an event carries and what
+/// usage it reports is the route's to say; events without text (a chat's role chunk, the
+/// finish chunk, the usage chunk, Anthropic's block markers) are not timed.
 async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming, String> {
     let sent = Instant::now();
     let response = endpoint
-        .post_json(request.path, &request.body)
+        .post_json(request.route.path(), &request.body)
         .await
         .map_err(|e| e.to_string())?;
     if response.status != 200 {
@@ -367,14 +375,15 @@ async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming,
         }
         let now = Instant::now();
         let chunk: Value = serde_json::from_str(&data).map_err(|e| e.to_string())?;
-        if let Some(err) = chunk.get("error") {
+        let route = request.route;
+        if let Some(err) = route.error(&chunk) {
             return Err(format!("stream error: {err}"));
         }
-        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-            usage_tokens = u["completion_tokens"].as_u64().map(|t| t as usize);
-            timing.prompt_tokens = u["prompt_tokens"].as_u64().map(|t| t as usize);
+        if let Some(u) = route.usage(&chunk) {
+            usage_tokens = Some(u.output_tokens);
+            timing.prompt_tokens = u.prompt_tokens;
         }
-        let text = chunk_text(&chunk).filter(|t| !t.is_empty());
+        let text = route.text(&chunk).filter(|t| !t.is_empty());
         if let Some(text) = text {
             timing.text.push_str(text);
             chunks_with_text += 1;
@@ -387,14 +396,6 @@ async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming,
     }
     timing.output_tokens = usage_tokens.unwrap_or(chunks_with_text);
     Ok(timing)
-}
-
-/// The text a chunk carries on either route, if any.
-fn chunk_text(chunk: &Value) -> Option<&str> {
-    let choice = chunk["choices"].get(0)?;
-    choice["text"]
-        .as_str()
-        .or_else(|| choice["delta"]["content"].as_str())
 }
 
 /// The percentile `p` (0..=100) of `xs` in milliseconds, interpolated linearly between the
@@ -480,18 +481,6 @@ mod tests {
         assert!(near(percentile_ms(&xs, 100.0), 10.0));
         assert!(near(percentile_ms(&xs[..1], 50.0), 1.0));
         assert_eq!(percentile_ms(&[], 50.0), None);
-    }
-
-    #[test]
-    fn chunk_text_reads_both_routes() {
-        let completion = json!({"choices": [{"index": 0, "text": "Hi"}]});
-        let chat = json!({"choices": [{"index": 0, "delta": {"content": "Hi"}}]});
-        let role = json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]});
-        let usage = json!({"choices": [], "usage": {"completion_tokens": 3}});
-        assert_eq!(chunk_text(&completion), Some("Hi"));
-        assert_eq!(chunk_text(&chat), Some("Hi"));
-        assert_eq!(chunk_text(&role), None);
-        assert_eq!(chunk_text(&usage), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_reuse;
+mod bench_route;
 mod bench_serve;
 mod inspect;
 mod pull;
