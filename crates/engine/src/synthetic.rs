@@ -34,6 +34,9 @@ pub struct SyntheticSpec {
     pub qkv_bias: bool,
     /// Type of the 2-D weights (norms are always F32).
     pub weight_type: GgmlType,
+    /// The last four vocabulary entries become fill-in-the-middle control tokens
+    /// (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`, `<|file_sep|>`), for `/infill`.
+    pub fim_tokens: bool,
     pub seed: u64,
 }
 
@@ -55,6 +58,7 @@ impl SyntheticSpec {
             untied_output: arch == Arch::Llama,
             qkv_bias: arch == Arch::Qwen2,
             weight_type: GgmlType::F32,
+            fim_tokens: false,
             seed,
         }
     }
@@ -73,8 +77,9 @@ impl SyntheticSpec {
     }
 }
 
-/// The vocabulary every synthetic model shares: 4 specials, 256 byte tokens, then pieces.
-fn vocab(n_vocab: usize) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+/// The vocabulary every synthetic model shares: 4 specials, 256 byte tokens, then pieces
+/// (the last four FIM control tokens, with `fim`).
+fn vocab(n_vocab: usize, fim: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
     let mut tokens = vec![
         "<pad>".to_string(),
         "<eos>".into(),
@@ -101,6 +106,19 @@ fn vocab(n_vocab: usize) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
         tokens.push(format!("\u{2581}w{i}"));
         types.push(1);
         i += 1;
+    }
+    if fim {
+        let names = [
+            "<|fim_prefix|>",
+            "<|fim_suffix|>",
+            "<|fim_middle|>",
+            "<|file_sep|>",
+        ];
+        for (k, name) in names.iter().enumerate() {
+            let at = tokens.len() - names.len() + k;
+            tokens[at] = name.to_string();
+            types[at] = 3;
+        }
     }
     let scores = (0..tokens.len()).map(|i| Value::F32(-(i as f32))).collect();
     (
@@ -138,7 +156,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             u32v(s.sliding_window),
         );
     }
-    let (tokens, scores, types) = vocab(s.n_vocab);
+    let (tokens, scores, types) = vocab(s.n_vocab, s.fim_tokens);
     w.add_metadata("tokenizer.ggml.model", Value::String("llama".into()));
     w.add_metadata("tokenizer.ggml.pre", Value::String("default".into()));
     w.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens));

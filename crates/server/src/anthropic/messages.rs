@@ -27,11 +27,11 @@ use super::error_object;
 use super::parse::{parse_count_tokens, parse_messages};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, prompt_ids, Finish, Generation, RequestUsage};
+use crate::core::ids::random_id;
 use crate::core::request::Input;
 use crate::core::stream::{drive, Encoder};
 use crate::http::params::JsonBody;
 use crate::http::sse::{sse_response, Frame, Ping};
-use crate::openai::random_id;
 use crate::state::Ready;
 
 pub async fn handle(

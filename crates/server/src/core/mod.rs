@@ -6,10 +6,12 @@
 //! - [`generate`]: the one generation path — the prompt rendered and tokenized, one
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
+//! - [`ids`]: random ids for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
 //!   each protocol its body).
 
 pub mod error;
 pub mod generate;
+pub mod ids;
 pub mod request;
 pub mod stream;

@@ -21,24 +21,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferrox_sched::{Completion, TokenEvent};
-use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, ChoiceOutput, Finish, Generation, RequestUsage};
+pub use crate::core::ids::random_id;
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::{drive, Encoder};
 use crate::http::sse::{sse_response, Frame, Ping};
 use crate::state::{unix_now, Generator};
-
-/// `prefix` and 24 random hex digits: the ids of replies, items and stored responses.
-pub fn random_id(prefix: &str) -> String {
-    let mut rng = rand::thread_rng();
-    let suffix: String = (0..24)
-        .map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0'))
-        .collect();
-    format!("{prefix}{suffix}")
-}
 
 /// The fields every reply and chunk of one request carries.
 #[derive(Debug, Clone)]

@@ -6,6 +6,8 @@ use ferrox_sched::SchedulerConfig;
 use ferrox_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
 
+use ferrox_engine::synthetic::SyntheticSpec;
+
 use crate::common::{synthetic_state, tiny, TestServer};
 
 fn state() -> AppState {
@@ -198,4 +200,49 @@ async fn infill_without_fim_tokens_is_501_and_errors_are_llama_servers() {
     let banned = request(json!({"return_tokens": true, "logit_bias": [[first, false]]}));
     let (_, v) = s.post("/completion", banned).await;
     assert!(!v["tokens"].as_array().unwrap().contains(&first), "{v}");
+}
+
+#[tokio::test]
+async fn infill_lays_the_prompt_out_with_the_fim_tokens() {
+    let spec = SyntheticSpec {
+        fim_tokens: true,
+        ..tiny()
+    };
+    let s = TestServer::start(synthetic_state(
+        &spec,
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await;
+    let fill = json!({"input_prefix": "a b", "input_suffix": "c", "prompt": "d",
+                      "input_extra": [{"filename": "x", "text": "e"}],
+                      "n_predict": 6, "temperature": 0, "ignore_eos": true});
+    let (status, v) = s.post("/infill", fill).await;
+    assert_eq!(status, 200, "{v}");
+    // The same layout written out by hand, as a mixed prompt, gives the same tokens.
+    let tok = |text: &str| {
+        let s = &s;
+        let text = text.to_string();
+        async move {
+            let (_, t) = s
+                .post("/tokenize", json!({"content": text, "parse_special": true}))
+                .await;
+            t["tokens"].as_array().unwrap().clone()
+        }
+    };
+    let special = |name: &'static str| async move { tok(name).await[0].clone() };
+    let mut prompt = vec![json!(2)]; // <bos>
+    prompt.push(special("<|file_sep|>").await);
+    prompt.push(json!("x\ne"));
+    prompt.push(special("<|fim_prefix|>").await);
+    prompt.push(json!("a b"));
+    prompt.push(special("<|fim_suffix|>").await);
+    prompt.push(json!("c"));
+    prompt.push(special("<|fim_middle|>").await);
+    prompt.push(json!("d"));
+    let by_hand = json!({"prompt": prompt, "n_predict": 6, "temperature": 0,
+                         "ignore_eos": true});
+    let (_, w) = s.post("/completion", by_hand).await;
+    assert_eq!(v["tokens_evaluated"], w["tokens_evaluated"]);
+    assert_eq!(v["content"], w["content"]);
 }
