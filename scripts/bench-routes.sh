@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Throughput through each protocol adapter, in one run against one `ferrox serve`:
 # `ferrox bench serve -n N --route R` for every route, the routes interleaved round by round
-# (R1 R2 ... R1 R2 ...), medians of output tok/s. Each adapter is compared with its twin:
+# and their order rotated each round (so no route always runs first), medians of output
+# tok/s, and the median over rounds of each adapter's ratio to its twin in the same round
+# (the machine's speed drifts between rounds; a ratio within one round does not). Each adapter is compared with its twin:
 # Anthropic's `messages` and OpenAI's `responses` with `chat` (all three render the same chat
 # template, greedy, so they generate the same tokens), llama.cpp's `completion` with OpenAI's
 # `completions` (raw prompts, ignore_eos: exactly MAX_TOKENS each).
@@ -28,8 +30,16 @@ for _ in $(seq 1 240); do
     sleep 0.5
 done
 
+# One discarded pass first: the server's first full batches touch fresh KV and activation
+# memory and run slower, whichever route they come through.
+for route in "${ROUTES[@]}"; do
+    "$FERROX" bench serve --url "http://127.0.0.1:$PORT" -n "$N" --route "$route" \
+        --max-tokens "$MAX_TOKENS" --json >/dev/null
+done
+
 for round in $(seq 1 "$ROUNDS"); do
-    for route in "${ROUTES[@]}"; do
+    k=$(( (round - 1) % ${#ROUTES[@]} ))
+    for route in "${ROUTES[@]:k}" "${ROUTES[@]:0:k}"; do
         "$FERROX" bench serve --url "http://127.0.0.1:$PORT" -n "$N" --route "$route" \
             --max-tokens "$MAX_TOKENS" --json >"$OUT/$route.$round.json"
         echo "round $round $route: $(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print(round(l["output_tok_per_s"],1), "tok/s,", l["output_tokens"], "tokens")' "$OUT/$route.$round.json")"
@@ -39,15 +49,16 @@ done
 python3 - "$OUT" "$ROUNDS" "${ROUTES[@]}" <<'PY'
 import json, statistics, sys
 out, rounds, routes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-med = {}
-for r in routes:
-    levels = [json.load(open(f"{out}/{r}.{i}.json"))["levels"][0] for i in range(1, rounds + 1)]
-    med[r] = (statistics.median(l["output_tok_per_s"] for l in levels),
-              statistics.median(l["output_tokens"] for l in levels))
+levels = {r: [json.load(open(f"{out}/{r}.{i}.json"))["levels"][0] for i in range(1, rounds + 1)]
+          for r in routes}
+tps = {r: [l["output_tok_per_s"] for l in ls] for r, ls in levels.items()}
 twin = {"messages": "chat", "responses": "chat", "completion": "completions"}
-print(f"{'route':<12} {'tok/s':>8} {'tokens':>7}  vs twin")
+print(f"{'route':<12} {'tok/s':>8} {'tokens':>7}  per-round ratio to its twin (median)")
 for r in routes:
-    tps, toks = med[r]
-    ratio = f"{tps / med[twin[r]][0]:.3f} x {twin[r]}" if twin.get(r) in med else ""
-    print(f"{r:<12} {tps:>8.1f} {toks:>7}  {ratio}")
+    toks = statistics.median(l["output_tokens"] for l in levels[r])
+    ratio = ""
+    if twin.get(r) in tps:
+        ratios = [a / b for a, b in zip(tps[r], tps[twin[r]])]
+        ratio = f"{statistics.median(ratios):.3f} x {twin[r]}  ({' '.join(f'{x:.2f}' for x in ratios)})"
+    print(f"{r:<12} {statistics.median(tps[r]):>8.1f} {toks:>7}  {ratio}")
 PY
