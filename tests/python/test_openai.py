@@ -213,20 +213,7 @@ def test_server_still_serves_after_errors():
     assert chat(max_tokens=2).choices[0].message.content is not None
 
 
-def main():
-    tests = [(name, fn) for name, fn in sorted(globals().items()) if name.startswith("test_")]
-    passed = failed = 0
-    for name, fn in tests:
-        try:
-            fn()
-            passed += 1
-            print(f"ok   {name}")
-        except Exception as e:  # noqa: BLE001 - report every failure and go on
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from runner import run
+
+    sys.exit(run(globals()))

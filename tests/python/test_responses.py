@@ -82,19 +82,7 @@ def test_unknown_previous_response_id_is_404():
         assert e.code == "not_found", e.body
 
 
-def main():
-    tests = [(name, fn) for name, fn in sorted(globals().items()) if name.startswith("test_")]
-    failed = 0
-    for name, fn in tests:
-        try:
-            fn()
-            print(f"ok   {name}")
-        except Exception as e:  # noqa: BLE001 - report every failure and go on
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from runner import run
+
+    sys.exit(run(globals()))

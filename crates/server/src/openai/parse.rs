@@ -310,8 +310,8 @@ pub fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError
         .collect()
 }
 
-/// One message: `role` (system, developer, user, assistant) and `content` (a string, or a
-/// list of `{"type": "text", "text"}` parts, joined with newlines).
+/// One chat message: `role` (system, developer, user, assistant) and `content` (a string,
+/// or a list of `{"type": "text", "text"}` parts, joined with newlines).
 pub fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(value, path)?;
     m.refuse_unsupported(&[
@@ -322,6 +322,14 @@ pub fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> 
         "refusal",
         "audio",
     ])?;
+    let message = message_fields(&mut m, &["text"])?;
+    m.finish()?;
+    Ok(message)
+}
+
+/// The `role` and `content` of a message object, its content parts of `part_types`; the
+/// chat route and the Responses API differ only in those and in the fields around them.
+pub fn message_fields(m: &mut Fields, part_types: &[&str]) -> Result<ChatMessage, ApiError> {
     let role: String = m.require("role")?;
     let role = match role.as_str() {
         "system" | "developer" => "system",
@@ -346,7 +354,7 @@ pub fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> 
             let texts = parts
                 .into_iter()
                 .enumerate()
-                .map(|(j, part)| text_part(part, &format!("{content_path}[{j}]")))
+                .map(|(j, part)| text_part(part, &format!("{content_path}[{j}]"), part_types))
                 .collect::<Result<Vec<_>, _>>()?;
             texts.join("\n")
         }
@@ -360,20 +368,32 @@ pub fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> 
             ))
         }
     };
-    m.finish()?;
     Ok(ChatMessage::new(role, content))
 }
 
-pub fn text_part(part: Value, path: &str) -> Result<String, ApiError> {
+/// A text part whose `type` is one of `types`. An `output_text` part (the Responses API's
+/// output sent back as input) may carry its `annotations` and `logprobs`, which are ignored.
+fn text_part(part: Value, path: &str, types: &[&str]) -> Result<String, ApiError> {
     let mut p = Fields::nested(part, path)?;
     let ty: String = p.require("type")?;
-    if ty != "text" {
+    if !types.contains(&ty.as_str()) {
         return Err(ApiError::invalid(
             p.path("type"),
-            format!("content parts of type {ty:?} are not supported; only \"text\""),
+            format!(
+                "content parts of type {ty:?} are not supported by this server; only {}",
+                types
+                    .iter()
+                    .map(|t| format!("{t:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ));
     }
     let text: String = p.require("text")?;
+    if ty == "output_text" {
+        p.accept("annotations");
+        p.accept("logprobs");
+    }
     p.finish()?;
     Ok(text)
 }

@@ -31,7 +31,7 @@ use ferrox_engine::template::ChatMessage;
 use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Map, Value};
 
-use super::parse::{cache_salt, user};
+use super::parse::{cache_salt, message_fields, user};
 use super::random_id;
 use super::store::{ResponseStore, Stored};
 use crate::core::error::ApiError;
@@ -161,60 +161,9 @@ fn input_item(item: Value, path: &str) -> Result<ChatMessage, ApiError> {
     }
     m.accept("id");
     m.accept("status");
-    let role: String = m.require("role")?;
-    let role = match role.as_str() {
-        "system" | "developer" => "system",
-        "user" | "assistant" => role.as_str(),
-        other => {
-            return Err(ApiError::invalid(
-                m.path("role"),
-                format!("role {other:?} is not supported (system, developer, user, assistant)"),
-            ))
-        }
-    }
-    .to_string();
-    let content_path = m.path("content");
-    let content = match m.take_raw("content") {
-        None => {
-            return Err(ApiError::MissingParameter {
-                param: content_path,
-            })
-        }
-        Some(Value::String(s)) => s,
-        Some(Value::Array(parts)) => parts
-            .into_iter()
-            .enumerate()
-            .map(|(j, part)| text_part(part, &format!("{content_path}[{j}]")))
-            .collect::<Result<Vec<_>, _>>()?
-            .join("\n"),
-        Some(other) => {
-            return Err(ApiError::invalid(
-                content_path,
-                format!(
-                    "expected a string or an array of parts, got {}",
-                    kind(&other)
-                ),
-            ))
-        }
-    };
+    let message = message_fields(&mut m, &["input_text", "output_text"])?;
     m.finish()?;
-    Ok(ChatMessage::new(role, content))
-}
-
-fn text_part(part: Value, path: &str) -> Result<String, ApiError> {
-    let mut p = Fields::nested(part, path)?;
-    let ty: String = p.require("type")?;
-    if ty != "input_text" && ty != "output_text" {
-        return Err(ApiError::invalid(
-            p.path("type"),
-            format!("content parts of type {ty:?} are not supported by this server yet; only \"input_text\" and \"output_text\""),
-        ));
-    }
-    let text: String = p.require("text")?;
-    p.accept("annotations");
-    p.accept("logprobs");
-    p.finish()?;
-    Ok(text)
+    Ok(message)
 }
 
 pub async fn create(
