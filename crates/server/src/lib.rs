@@ -1,20 +1,23 @@
-//! ferrox's HTTP server: the OpenAI-compatible API (`/v1/chat/completions`,
-//! `/v1/completions`, `/v1/models`), llama-server's `/tokenize` and `/detokenize`, `/health`
-//! and Prometheus `/metrics`, in front of the continuous-batching scheduler.
+//! ferrox's HTTP server: every protocol its clients speak — OpenAI (`/v1/chat/completions`,
+//! `/v1/completions`, `/v1/responses`, `/v1/models`), Anthropic (`/v1/messages`,
+//! `/v1/messages/count_tokens`), llama-server's native routes (`/completion`, `/infill`,
+//! `/tokenize`, `/detokenize`) — plus `/health` and Prometheus `/metrics`, in front of the
+//! continuous-batching scheduler.
 //!
-//! A request's path, each arrow a call you can follow: the protocol handler
-//! (`openai::chat::handle`) gets the pinned [`Generator`] ([`state::Ready`]) and the body
-//! ([`params::JsonBody`]) → `validation::parse_chat` turns the body into a validated request
-//! once → [`generate::generate`], the one generation path, renders and tokenizes the prompt
-//! off the async runtime and submits one scheduler request per choice → the handler encodes
-//! the merged events, as one JSON reply or through [`sse::stream_response`]. Every failure is
-//! an [`ApiError`], whose `IntoResponse` is the only place a status is chosen.
+//! A request's path, each arrow a call you can follow: a protocol's handler (e.g.
+//! `anthropic::messages::handle`) gets the pinned [`Generator`] ([`state::Ready`]) and the
+//! body ([`http::params::JsonBody`]) → its parser turns the body into the core's
+//! protocol-free request once → [`core::generate::generate`], the one generation path,
+//! renders and tokenizes the prompt off the async runtime and submits one scheduler request
+//! per choice → the handler encodes the events, collected into one reply or streamed by
+//! [`core::stream::drive`] through the protocol's encoder and [`http::sse`]. Every failure is
+//! an [`ApiError`]; `http/errors.rs` picks its status, and the route's protocol writes its body.
 //!
-//! Modules, one concept each: [`error`], [`params`] (the body as named parameters),
-//! [`validation`], [`state`], [`generate`], [`sse`], [`openai`] (chat and completions
-//! encoders), [`tokenize`], [`metrics`], [`routes`] (the router and its layers), [`server`]
-//! (socket and graceful shutdown), [`client`] (a small HTTP client for the load benchmark and
-//! the tests).
+//! Layers, dependencies pointing inward: the protocol adapters ([`openai`], [`anthropic`],
+//! [`llamacpp`]), which never import each other; [`core`], which knows no wire format and no
+//! status; [`http`] plumbing. Beside them: [`state`], [`routes`] (the router, each protocol's
+//! routes in its error shape), [`server`] (socket and graceful shutdown), [`client`] (a small
+//! HTTP client for the load benchmark and the tests).
 //!
 //! `docs/API.md` lists every route and parameter, and what is refused and how.
 
