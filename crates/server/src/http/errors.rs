@@ -1,5 +1,5 @@
 //! An [`ApiError`] as an HTTP response: the one place a status is chosen ([`status`]), and
-//! the layer that writes the body in the shape of the route's protocol ([`render_errors`]).
+//! the layer that writes the body in the shape of the route's protocol ([`with_error_shape`]).
 //!
 //! Why a layer: an error can come from a handler, from an extractor (the body too large, not
 //! JSON, the model still loading) or from the router's fallbacks, and each must reach the
