@@ -2,7 +2,7 @@
 //! [`parse_completion`] read every parameter (and refuse every other one) into a
 //! [`ChatRequest`] / [`CompletionRequest`], whose shared part is the core's
 //! [`GenerationOptions`]. Nothing after this module looks at the JSON again. The Responses
-//! API (`responses.rs`) reuses [`parse_messages`]' message rules and [`sampling`].
+//! API (`responses.rs`) reuses [`message_fields`], [`cache_salt`] and [`user`].
 //!
 //! What is checked here: types, ranges the API itself defines (`n`, `top_logprobs`,
 //! `logit_bias` values, `max_tokens` being a sane number), and combinations

@@ -14,7 +14,7 @@
 //! The reply is a `response` object with one `message` output item holding one
 //! `output_text` part; `status` is `completed`, or `incomplete` with
 //! `incomplete_details.reason: "max_output_tokens"` when the budget ran out. Streaming sends
-//! OpenAI's event sequence (see [`Events`]), every event with a gap-free `sequence_number`,
+//! OpenAI's event sequence (see `Events`), every event with a gap-free `sequence_number`,
 //! and the ids it streams are the final ones.
 //!
 //! `previous_response_id` continues a stored response: its conversation (inputs and output)
