@@ -68,6 +68,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         logprobs: (args.top_logprobs > 0).then_some(args.top_logprobs),
         cache_salt: None,
         reuse_cached_prompt: true,
+        constraint: None,
     };
     let mut stream = sched.submit(request).map_err(|e| e.to_string())?;
     let mut top = Vec::new();

@@ -16,6 +16,7 @@
 //! - [`prefix`]: naming a full block by its content (the chain hash), so a prefix computed
 //!   once is found again;
 //! - [`queue`]: the FIFO waiting queue and the slot counted until admission;
+//! - [`constraint`]: a row's grammar (what it may draw next), compiled by the caller;
 //! - [`stop`]: the stop matcher (stop tokens, stop strings, withheld tails, UTF-8);
 //! - `row`: one request in the batch (tokens held vs. computed);
 //! - `worker`: the tick;
@@ -29,6 +30,7 @@
 pub mod admission;
 pub mod blocks;
 pub mod config;
+pub mod constraint;
 mod engine_model;
 pub mod handle;
 pub mod model;
@@ -44,6 +46,7 @@ mod worker;
 pub use admission::{InvalidRequest, Limits, Refusal};
 pub use blocks::{BlockPool, KvLease, PoolCounts, PoolStats};
 pub use config::{ConfigError, KvBudget, PrefillOrder, SchedulerConfig};
+pub use constraint::{Constraint, ConstraintFactory, TokenConstraint};
 pub use handle::{Collected, RequestStream, Scheduler, SchedulerHandle};
 pub use model::StepModel;
 pub use request::{

@@ -7,6 +7,8 @@
 
 pub use ferrox_engine::sampler::SamplingParams;
 
+use crate::constraint::Constraint;
+
 /// Names one request for its whole life. Assigned by the handle at submission, unique per
 /// scheduler, never reused. Rows in the batch are keyed by it, never by batch position.
 pub type RequestId = u64;
@@ -30,6 +32,9 @@ pub struct GenerationRequest {
     /// Attach cached prompt blocks (the default). `false` computes the whole prompt, as
     /// llama.cpp's `cache_prompt: false` asks; its blocks are still published for others.
     pub reuse_cached_prompt: bool,
+    /// What each drawn token must obey (a grammar, a JSON schema), if anything; each row
+    /// starts its own state from it. See `constraint.rs`.
+    pub constraint: Option<Constraint>,
 }
 
 impl GenerationRequest {
@@ -43,6 +48,7 @@ impl GenerationRequest {
             logprobs: None,
             cache_salt: None,
             reuse_cached_prompt: true,
+            constraint: None,
         }
     }
 }

@@ -25,6 +25,7 @@ use ferrox_engine::sampler::{logprobs, Sampler, TokenLogprobs};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::blocks::KvLease;
+use crate::constraint::RowConstraint;
 use crate::model::StepModel;
 use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::Pending;
@@ -48,6 +49,8 @@ pub(crate) struct Row {
     chain: Vec<BlockHash>,
     /// Whether the row may take its prompt from the cache (attach, copy, wait for a block).
     reuse: bool,
+    /// What the row may draw, if the request is constrained (`constraint.rs`).
+    constraint: Option<RowConstraint>,
     /// Blocks `0..published` are attached from the cache or published to it.
     published: usize,
     /// Prompt tokens attached from the cache instead of computed.
@@ -66,6 +69,8 @@ pub(crate) struct Row {
 pub(crate) struct Sampled {
     id: u32,
     logprobs: Option<TokenLogprobs>,
+    /// The row's constraint failed or allowed nothing: the row ends with this error.
+    failed: Option<String>,
 }
 
 thread_local! {
@@ -98,6 +103,7 @@ impl Row {
         attached: usize,
         block_size: usize,
         hasher: Option<BlockHasher>,
+        vocab_size: usize,
     ) -> Self {
         let Pending {
             id,
@@ -110,6 +116,10 @@ impl Row {
         } = pending;
         let prompt_tokens = request.prompt_ids.len();
         let reuse = request.reuse_cached_prompt;
+        let constraint = request
+            .constraint
+            .as_ref()
+            .map(|c| RowConstraint::start(c, vocab_size));
         let mut tokens = request.prompt_ids;
         tokens.reserve(request.max_tokens);
         Self {
@@ -123,6 +133,7 @@ impl Row {
             chain,
             published: attached,
             reuse,
+            constraint,
             cached_tokens: attached * block_size,
             max_tokens: request.max_tokens,
             logprobs: request.logprobs,
@@ -289,22 +300,37 @@ impl Row {
         self.tokens.len() - self.prompt_tokens
     }
 
-    /// Phase one of a step's delivery: draws this row's next token from its logits (and its
-    /// log-probabilities, when wanted, from a copy of the unmodified row: sampling changes
-    /// the row in place). Touches only this row, so a step's rows run it in parallel.
+    /// Phase one of a step's delivery: masks the row's logits to what its constraint allows
+    /// (if it has one), then draws its next token (and its log-probabilities, when wanted,
+    /// from a copy of the logits as the model gave them: masking and sampling change the row
+    /// in place). Touches only this row, so a step's rows run it in parallel.
     pub(crate) fn sample(&mut self, logits: &mut [f32]) -> Sampled {
-        let Some(n) = self.logprobs else {
-            let id = self.sampler.sample(logits, &self.tokens);
-            return Sampled { id, logprobs: None };
-        };
         RAW_LOGITS.with(|raw| {
             let mut raw = raw.borrow_mut();
-            raw.clear();
-            raw.extend_from_slice(logits);
+            if self.logprobs.is_some() {
+                raw.clear();
+                raw.extend_from_slice(logits);
+            }
+            let failed = |e: String| Sampled {
+                id: 0,
+                logprobs: None,
+                failed: Some(e),
+            };
+            if let Some(c) = &mut self.constraint {
+                if let Err(e) = c.mask(logits) {
+                    return failed(e);
+                }
+            }
             let id = self.sampler.sample(logits, &self.tokens);
+            if self.constraint.as_ref().is_some_and(|c| !c.permits(id)) {
+                return failed(format!(
+                    "the sampler drew token {id}, which the constraint rules out"
+                ));
+            }
             Sampled {
                 id,
-                logprobs: Some(logprobs(&raw, id, n)),
+                logprobs: self.logprobs.map(|n| logprobs(&raw, id, n)),
+                failed: None,
             }
         })
     }
@@ -317,7 +343,21 @@ impl Row {
         model: &M,
         bytes: &mut Vec<u8>,
     ) -> Option<Finish> {
+        if let Some(e) = sampled.failed {
+            return Some(Finish::new(FinishReason::Error(format!(
+                "constrained decoding failed: {e}"
+            ))));
+        }
         let id = sampled.id;
+        let complete = match self.constraint.as_mut().map(|c| c.advance(id)) {
+            None | Some(Ok(false)) => false,
+            Some(Ok(true)) => true,
+            Some(Err(e)) => {
+                return Some(Finish::new(FinishReason::Error(format!(
+                    "constrained decoding failed: {e}"
+                ))))
+            }
+        };
         self.tokens.push(id);
         bytes.clear();
         model.token_bytes(id, bytes);
@@ -342,7 +382,7 @@ impl Row {
         if self.events.send(event).is_err() {
             return Some(Finish::new(FinishReason::Cancelled)); // the client is gone
         }
-        if step.stopped_by.is_some() {
+        if step.stopped_by.is_some() || complete {
             return Some(Finish {
                 reason: FinishReason::Stop,
                 stopped_by: step.stopped_by,

@@ -213,7 +213,14 @@ impl<M: StepModel> Worker<M> {
                 self.stats.prefix_cache_queries += prompt_tokens as u64;
                 self.stats.prefix_cache_hits += (hits.len() * block_size) as u64;
             }
-            let row = Row::admit(pending, lease, hits.len(), block_size, self.hasher.clone());
+            let row = Row::admit(
+                pending,
+                lease,
+                hits.len(),
+                block_size,
+                self.hasher.clone(),
+                self.limits.vocab_size,
+            );
             self.order.push(row.id);
             self.rows.insert(row.id, row);
             self.stats.requests_admitted += 1;

@@ -103,6 +103,7 @@ pub fn random_request(
         logprobs,
         cache_salt: None,
         reuse_cached_prompt: true,
+        constraint: None,
     }
 }
 

@@ -168,6 +168,7 @@ impl Generator {
                 logprobs: options.logprobs,
                 cache_salt: options.cache_salt.clone(),
                 reuse_cached_prompt: options.reuse_cached_prompt,
+                constraint: None,
             };
             // On a refusal, `choices` drops here with the streams already accepted, which
             // cancels them.
