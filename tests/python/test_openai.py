@@ -167,9 +167,9 @@ def test_unsupported_parameter_is_400_naming_it():
     expect_error(openai.BadRequestError, lambda: chat(tools=tools), "unsupported_parameter", "tools")
     expect_error(
         openai.BadRequestError,
-        lambda: chat(response_format={"type": "json_object"}),
+        lambda: chat(parallel_tool_calls=True),
         "unsupported_parameter",
-        "response_format",
+        "parallel_tool_calls",
     )
     expect_error(
         openai.BadRequestError,
@@ -211,6 +211,47 @@ def test_unknown_model_is_404():
 
 def test_server_still_serves_after_errors():
     assert chat(max_tokens=2).choices[0].message.content is not None
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "enum": ["ann", "bob", "cy"]},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def check_person(text):
+    import json
+
+    v = json.loads(text)
+    assert set(v) == {"name", "age"}, v
+    assert v["name"] in ("ann", "bob", "cy") and 0 <= v["age"] <= 120, v
+
+
+def test_structured_output_validates_on_every_seed():
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for seed in range(6):
+        r = chat(max_tokens=48, temperature=0.9, seed=seed, response_format=fmt)
+        assert r.choices[0].finish_reason == "stop", r
+        check_person(r.choices[0].message.content)
+    r = client.responses.create(
+        model=model(),
+        input="A person as JSON.",
+        max_output_tokens=48,
+        text={"format": {"type": "json_schema", "name": "person", "schema": PERSON}},
+    )
+    assert r.status == "completed", r
+    check_person(r.output_text)
+
+
+def test_a_schema_that_cannot_be_enforced_is_400():
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}
+    e = expect_error(openai.BadRequestError, lambda: chat(response_format=bad), "invalid_value")
+    assert e.param == "response_format", e.body
 
 
 if __name__ == "__main__":

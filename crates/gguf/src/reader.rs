@@ -381,7 +381,7 @@ pub(crate) fn shape_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64>
 
 /// Checks that `t`'s offset is aligned and its bytes lie inside a data section of `data_bytes`.
 fn check_placement(t: &TensorInfo, alignment: u64, data_bytes: u64) -> Result<()> {
-    if t.offset % alignment != 0 {
+    if !t.offset.is_multiple_of(alignment) {
         return Err(GgufError::MisalignedTensor {
             tensor: t.name.clone(),
             offset: t.offset,

@@ -19,6 +19,7 @@ use ferrox_engine::Model;
 use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
 
 use crate::core::error::ApiError;
+use crate::core::grammar::Grammars;
 use crate::http::metrics::Metrics;
 use crate::http::params::DEFAULT_MAX_BODY_BYTES;
 use crate::openai::store::{self, ResponseStore};
@@ -68,6 +69,8 @@ pub struct Generator {
     pub chat_stop_ids: Vec<u32>,
     pub chat_stop_strings: Vec<String>,
     pub scheduler: SchedulerHandle,
+    /// Compiles constraints (JSON schemas, grammars) for this model's tokenizer.
+    pub grammars: Grammars,
     /// The id clients name and `/v1/models` lists.
     pub model_id: String,
     /// Longest `prompt + max_tokens` the scheduler admits (its `Limits`).
@@ -107,6 +110,7 @@ impl Generator {
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
         Ok(Generator {
+            grammars: Grammars::new(Arc::clone(&model)),
             model,
             template,
             chat_stop_ids,

@@ -5,15 +5,17 @@
 //!
 //! The path, in order:
 //! 1. the model named must be the one served (404 otherwise);
-//! 2. the prompt becomes token ids — a chat through the model's template, tokenized with
+//! 2. a constraint (`options.grammar`) is compiled, failing closed (a 400 naming the
+//!    parameter) before anything is queued;
+//! 3. the prompt becomes token ids — a chat through the model's template, tokenized with
 //!    special tokens parsed and BOS as the model's metadata says (never twice, even when the
 //!    template writes BOS itself); raw text tokenized the same way; token ids taken as given
 //!    (llama.cpp's mixed prompts: each text piece tokenized without BOS, ids as given). Rendering and tokenizing run on the blocking pool: a long prompt
 //!    costs milliseconds of CPU, which must not stall the async runtime;
-//! 3. one [`GenerationRequest`] per choice (`n`), each with its own seed (`seed + i`, or a
+//! 4. one [`GenerationRequest`] per choice (`n`), each with its own seed (`seed + i`, or a
 //!    random one), submitted to the scheduler; a refusal of any choice drops those already
 //!    submitted, which cancels them;
-//! 4. the choices' event streams are merged, and the latency metrics are observed as events
+//! 5. the choices' event streams are merged, and the latency metrics are observed as events
 //!    pass through, so every protocol feeds them the same way.
 //!
 //! Cancellation is ownership: a [`Generation`] owns the scheduler's `RequestStream`s, and
@@ -26,7 +28,8 @@ use std::time::Instant;
 
 use ferrox_engine::template::TemplateError;
 use ferrox_sched::{
-    Completion, Event, FinishReason, GenerationRequest, StopConfig, StopMatch, TokenEvent,
+    Completion, Constraint, Event, FinishReason, GenerationRequest, StopConfig, StopMatch,
+    TokenEvent,
 };
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
@@ -80,8 +83,18 @@ pub async fn generate(
 ) -> Result<Generation, ApiError> {
     generator.check_model(options.model.as_deref())?;
     let chat = matches!(input, Input::Chat(_));
+    let constraint = match &options.grammar {
+        None => None,
+        Some(request) => {
+            let (g, request) = (Arc::clone(&generator), request.clone());
+            let compiled = tokio::task::spawn_blocking(move || g.grammars.compile(&request));
+            Some(compiled.await.map_err(|e| ApiError::Internal {
+                message: format!("grammar compilation failed: {e}"),
+            })??)
+        }
+    };
     let prompt_ids = prompt_ids(&generator, input).await?;
-    generator.submit(prompt_ids, options, chat)
+    generator.submit(prompt_ids, options, chat, constraint)
 }
 
 /// The prompt's token ids, rendered and tokenized on the blocking pool.
@@ -136,6 +149,7 @@ impl Generator {
         prompt_ids: Vec<u32>,
         options: &GenerationOptions,
         chat: bool,
+        constraint: Option<Constraint>,
     ) -> Result<Generation, ApiError> {
         let left = self.context_tokens.saturating_sub(prompt_ids.len());
         let max_tokens = match options.max_tokens {
@@ -168,7 +182,7 @@ impl Generator {
                 logprobs: options.logprobs,
                 cache_salt: options.cache_salt.clone(),
                 reuse_cached_prompt: options.reuse_cached_prompt,
-                constraint: None,
+                constraint: constraint.clone(),
             };
             // On a refusal, `choices` drops here with the streams already accepted, which
             // cancels them.

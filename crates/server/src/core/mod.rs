@@ -5,6 +5,8 @@
 //!   [`request::GenerationOptions`]);
 //! - [`generate`]: the one generation path — the prompt rendered and tokenized, one
 //!   scheduler request per choice, their merged events, how each choice ended;
+//! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
+//!   constraint (llguidance), failing closed;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
@@ -12,6 +14,7 @@
 
 pub mod error;
 pub mod generate;
+pub mod grammar;
 pub mod ids;
 pub mod request;
 pub mod stream;

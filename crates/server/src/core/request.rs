@@ -8,6 +8,8 @@
 use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::ChatMessage;
 
+use crate::core::grammar::GrammarRequest;
+
 /// The prompt of a request, as the protocol gave it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -59,6 +61,8 @@ pub struct GenerationOptions {
     pub cache_salt: Option<String>,
     /// llama.cpp's `cache_prompt`: `false` computes the whole prompt, reusing nothing cached.
     pub reuse_cached_prompt: bool,
+    /// What the output must obey (a JSON schema, a grammar), compiled before submission.
+    pub grammar: Option<GrammarRequest>,
 }
 
 impl Default for GenerationOptions {
@@ -76,6 +80,7 @@ impl Default for GenerationOptions {
             stream: false,
             cache_salt: None,
             reuse_cached_prompt: true,
+            grammar: None,
         }
     }
 }

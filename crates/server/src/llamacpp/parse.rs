@@ -11,6 +11,8 @@
 //!   token being an id or a text (every token of the text gets the bias), a bias `false`
 //!   banning the token;
 //! - `cache_prompt: false` computes the whole prompt, reusing nothing cached;
+//! - `json_schema`, or `grammar` as a Lark grammar after `%llguidance` (as llama.cpp's
+//!   llguidance builds take it), constrain the output; a GBNF grammar is refused by name;
 //! - parameters of samplers this server does not have are accepted at their neutral value
 //!   (what llama.cpp's web UI and scripts send by default) and refused by name otherwise.
 
@@ -18,6 +20,7 @@ use ferrox_engine::sampler::SamplingParams;
 use serde_json::{Map, Value};
 
 use crate::core::error::ApiError;
+use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Prompt, PromptPiece};
 use crate::http::params::{kind, Fields, MAX_TOKENS_LIMIT};
 
@@ -171,7 +174,6 @@ fn neutral(name: &str, v: &Value) -> Option<bool> {
             v == false
         }
         "id_slot" | "slot_id" => num == Some(-1.0),
-        "grammar" => v == "",
         "t_max_predict_ms" | "t_max_prompt_ms" => num.is_some_and(|x| x <= 0.0),
         "n" | "n_cmpl" => num == Some(1.0),
         // Settings of a sampler that is off, or of context shifting (which this server does
@@ -204,7 +206,6 @@ const NEUTRAL: &[&str] = &[
     "return_progress",
     "id_slot",
     "slot_id",
-    "grammar",
     "t_max_predict_ms",
     "t_max_prompt_ms",
     "n",
@@ -223,7 +224,6 @@ const NEUTRAL: &[&str] = &[
 
 /// llama.cpp parameters that change what is generated in ways this server cannot do yet.
 const UNSUPPORTED: &[&str] = &[
-    "json_schema",
     "response_fields",
     "lora",
     "samplers",
@@ -302,7 +302,9 @@ fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
         }
         Some(k) => Some(k),
     };
+    let grammar = grammar(f)?;
     let options = GenerationOptions {
+        grammar,
         model: f.take("model")?,
         max_tokens,
         fill_context: true,
@@ -321,6 +323,47 @@ fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
         bias_texts,
         n_predict,
     })
+}
+
+/// `json_schema` (an object), or `grammar`: empty (none), or a Lark grammar marked as
+/// llama.cpp marks it, `%llguidance` on its first line. A GBNF grammar is refused by name
+/// rather than run unconstrained.
+fn grammar(f: &mut Fields) -> Result<Option<GrammarRequest>, ApiError> {
+    let schema = f.take_raw("json_schema");
+    let grammar = f
+        .take::<String>("grammar")?
+        .filter(|g| !g.trim().is_empty());
+    match (schema, grammar) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "grammar",
+            "send json_schema or grammar, not both",
+        )),
+        (Some(schema), None) => {
+            if !schema.is_object() && !schema.is_boolean() {
+                return Err(ApiError::invalid(
+                    "json_schema",
+                    format!("a JSON schema is an object, got {}", kind(&schema)),
+                ));
+            }
+            Ok(Some(GrammarRequest {
+                spec: GrammarSpec::JsonSchema(schema),
+                param: "json_schema".into(),
+            }))
+        }
+        // llguidance reads the `%llguidance` line itself.
+        (None, Some(g)) => match g.trim_start().starts_with("%llguidance") {
+            true => Ok(Some(GrammarRequest {
+                spec: GrammarSpec::Lark(g),
+                param: "grammar".into(),
+            })),
+            false => Err(ApiError::invalid(
+                "grammar",
+                "GBNF grammars are not supported yet: send json_schema, or a Lark grammar \
+                 whose first line is %llguidance",
+            )),
+        },
+        (None, None) => Ok(None),
+    }
 }
 
 /// Both shapes of llama.cpp's `logit_bias`: ids with their bias, and texts to tokenize.
@@ -454,8 +497,8 @@ mod tests {
             Some("mirostat")
         );
         assert_eq!(
-            param(json!({"prompt": "x", "json_schema": {}})).as_deref(),
-            Some("json_schema")
+            param(json!({"prompt": "x", "grammar": "root ::= \"a\""})).as_deref(),
+            Some("grammar")
         );
         assert_eq!(
             param(json!({"prompt": "x", "n_predict": 0})).as_deref(),

@@ -16,6 +16,7 @@ use ferrox_engine::template::ChatMessage;
 use serde_json::Value;
 
 use crate::core::error::ApiError;
+use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Prompt};
 use crate::http::params::{kind, Fields};
 
@@ -31,7 +32,6 @@ const CHAT_UNSUPPORTED: &[&str] = &[
     "parallel_tool_calls",
     "functions",
     "function_call",
-    "response_format",
     "audio",
     "modalities",
     "prediction",
@@ -169,6 +169,7 @@ fn parse_options(f: &mut Fields) -> Result<(GenerationOptions, bool), ApiError> 
         }
     };
     let cache_salt = cache_salt(f)?;
+    let grammar = response_format(f)?;
     // Accepted for compatibility; it only labels the request in logs.
     user(f)?;
     let options = GenerationOptions {
@@ -181,9 +182,64 @@ fn parse_options(f: &mut Fields) -> Result<(GenerationOptions, bool), ApiError> 
         n,
         stream,
         cache_salt,
+        grammar,
         ..GenerationOptions::default()
     };
     Ok((options, include_usage))
+}
+
+/// `response_format`: `{"type": "text"}` (no constraint), `{"type": "json_object"}` (any
+/// JSON object) or `{"type": "json_schema", "json_schema": {"name", "schema", "strict",
+/// "description"}}`. The schema is always enforced, `strict` or not.
+fn response_format(f: &mut Fields) -> Result<Option<GrammarRequest>, ApiError> {
+    let Some(v) = f.take_raw("response_format") else {
+        return Ok(None);
+    };
+    let mut rf = Fields::nested(v, "response_format")?;
+    let spec = match rf.require::<String>("type")?.as_str() {
+        "text" => None,
+        "json_object" => Some(GrammarSpec::JsonObject),
+        "json_schema" => {
+            let path = rf.path("json_schema");
+            let inner = rf
+                .take_raw("json_schema")
+                .ok_or_else(|| ApiError::MissingParameter {
+                    param: path.clone(),
+                })?;
+            let mut j = Fields::nested(inner, &path)?;
+            let spec = json_schema_fields(&mut j)?;
+            j.finish()?;
+            Some(spec)
+        }
+        other => {
+            return Err(ApiError::invalid(
+                rf.path("type"),
+                format!("{other:?} is not one of \"text\", \"json_object\", \"json_schema\""),
+            ))
+        }
+    };
+    rf.finish()?;
+    Ok(spec.map(|spec| GrammarRequest {
+        spec,
+        param: "response_format".into(),
+    }))
+}
+
+/// A JSON schema format's fields (`name` required, as OpenAI requires it; `schema` absent
+/// means any JSON value), shared by chat's `response_format.json_schema` and the Responses
+/// API's `text.format`.
+pub fn json_schema_fields(j: &mut Fields) -> Result<GrammarSpec, ApiError> {
+    let _name: String = j.require("name")?;
+    j.accept("description");
+    j.take::<bool>("strict")?;
+    let schema = j.take_raw("schema").unwrap_or(serde_json::json!({}));
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err(ApiError::invalid(
+            j.path("schema"),
+            format!("a JSON schema is an object, got {}", kind(&schema)),
+        ));
+    }
+    Ok(GrammarSpec::JsonSchema(schema))
 }
 
 /// vLLM's `cache_salt`: a non-empty string when given.
@@ -419,7 +475,7 @@ mod tests {
             "repetition_penalty": 1.1, "seed": -1, "stop": ["a", "b"], "logit_bias": {"7": -100},
             "logprobs": true, "top_logprobs": 3, "n": 2, "stream": true,
             "stream_options": {"include_usage": true}, "user": "u", "ignore_eos": false,
-            "tools": null, "response_format": null,
+            "tools": null, "response_format": {"type": "json_object"},
         }))
         .unwrap();
         let o = &r.options;
@@ -477,6 +533,11 @@ mod tests {
         assert_eq!(
             param(json!({"frobnicate": 1})).as_deref(),
             Some("frobnicate")
+        );
+        assert_eq!(
+            param(json!({"response_format": {"type": "json_schema", "json_schema": {}}}))
+                .as_deref(),
+            Some("response_format.json_schema.name")
         );
         assert_eq!(
             param(json!({"messages": [{"role": "tool", "content": "x"}]})).as_deref(),

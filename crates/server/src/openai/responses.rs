@@ -7,9 +7,10 @@
 //! `store` (default true), `previous_response_id`, `metadata` (returned as given), `user`.
 //! What the SDKs and Codex send with values that mean what this server does anyway is
 //! accepted (`tools: []`, `tool_choice: "auto"|"none"` without tools, `parallel_tool_calls`,
-//! `text: {format: {type: "text"}}`, `truncation: "disabled"`, `include: []`,
+//! `truncation: "disabled"`, `include: []`,
 //! `reasoning` without an effort, `background: false`, `service_tier`, `prompt_cache_key`);
-//! any other value of them is refused by name.
+//! any other value of them is refused by name. `text.format` constrains the output:
+//! `json_object`, or `json_schema` (always enforced).
 //!
 //! The reply is a `response` object with one `message` output item holding one
 //! `output_text` part; `status` is `completed`, or `incomplete` with
@@ -31,11 +32,12 @@ use ferrox_engine::template::ChatMessage;
 use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Map, Value};
 
-use super::parse::{cache_salt, message_fields, user};
+use super::parse::{cache_salt, json_schema_fields, message_fields, user};
 use super::random_id;
 use super::store::{ResponseStore, Stored};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, Generation, RequestUsage};
+use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::{drive, Encoder};
 use crate::http::params::{kind, Fields, JsonBody};
@@ -45,6 +47,8 @@ use crate::state::{unix_now, AppState, Ready};
 /// A parsed `/v1/responses` body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponsesRequest {
+    /// `text.format` as given (`{"type": "text"}` by default), echoed in the response.
+    pub text_format: Value,
     pub instructions: Option<String>,
     /// This request's own input messages.
     pub input: Vec<ChatMessage>,
@@ -75,8 +79,11 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
         cache_salt: cache_salt(&mut f)?,
         ..GenerationOptions::default()
     };
+    let (grammar, text_format) = text_format(&mut f)?;
+    let options = GenerationOptions { grammar, ..options };
     let metadata = f.take("metadata")?.unwrap_or_default();
     let request = ResponsesRequest {
+        text_format,
         instructions,
         input,
         previous_response_id: f.take("previous_response_id")?,
@@ -89,12 +96,47 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
     Ok(request)
 }
 
+/// `text: {"format": ...}`: `text` (no constraint), `json_object`, or `json_schema` with
+/// `name`, `schema`, `strict`, `description` beside the type.
+fn text_format(f: &mut Fields) -> Result<(Option<GrammarRequest>, Value), ApiError> {
+    let plain = json!({"type": "text"});
+    let Some(v) = f.take_raw("text") else {
+        return Ok((None, plain));
+    };
+    let mut text = Fields::nested(v, "text")?;
+    text.accept("verbosity");
+    let Some(format) = text.take_raw("format") else {
+        text.finish()?;
+        return Ok((None, plain));
+    };
+    let echo = format.clone();
+    let mut fm = Fields::nested(format, "text.format")?;
+    let spec = match fm.require::<String>("type")?.as_str() {
+        "text" => None,
+        "json_object" => Some(GrammarSpec::JsonObject),
+        "json_schema" => Some(json_schema_fields(&mut fm)?),
+        other => {
+            return Err(ApiError::invalid(
+                fm.path("type"),
+                format!("{other:?} is not one of \"text\", \"json_object\", \"json_schema\""),
+            ))
+        }
+    };
+    fm.finish()?;
+    text.finish()?;
+    let grammar = spec.map(|spec| GrammarRequest {
+        spec,
+        param: "text.format".into(),
+    });
+    Ok((grammar, echo))
+}
+
 /// Parameters accepted when their value is what this server does anyway; refused by name
 /// otherwise.
 fn accept_defaults(f: &mut Fields) -> Result<(), ApiError> {
     let empty = |v: &Value| v.as_array().is_some_and(|a| a.is_empty());
     type Check<'a> = (&'a str, &'a dyn Fn(&Value) -> bool);
-    let checks: [Check; 9] = [
+    let checks: [Check; 8] = [
         ("tools", &empty),
         ("include", &empty),
         ("tool_choice", &|v| v == "auto" || v == "none"),
@@ -103,13 +145,6 @@ fn accept_defaults(f: &mut Fields) -> Result<(), ApiError> {
         ("background", &|v| v == false),
         ("service_tier", &|v| v.is_string()),
         ("prompt_cache_key", &|v| v.is_string()),
-        ("text", &|v| {
-            v.get("format")
-                .and_then(|f| f.get("type"))
-                .is_none_or(|t| t == "text")
-                && v.as_object()
-                    .is_some_and(|o| o.keys().all(|k| k == "format"))
-        }),
     ];
     for (name, ok) in checks {
         if let Some(v) = f.take_raw(name) {
@@ -276,7 +311,7 @@ impl Draft {
             "reasoning": {"effort": null, "summary": null},
             "store": self.request.store,
             "temperature": o.sampling.temperature,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": self.request.text_format},
             "tool_choice": "none",
             "tools": [],
             "top_p": o.sampling.top_p,

@@ -76,9 +76,14 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
             "tools",
         ),
         (
-            chat(json!({"response_format": {"type": "json_object"}})),
+            chat(json!({"response_format": {"type": "yaml"}})),
+            "invalid_value",
+            "response_format.type",
+        ),
+        (
+            chat(json!({"parallel_tool_calls": true})),
             "unsupported_parameter",
-            "response_format",
+            "parallel_tool_calls",
         ),
         (chat(json!({"best_of": 2})), "unknown_parameter", "best_of"),
         (

@@ -11,3 +11,4 @@ mod generation;
 mod llamacpp;
 mod responses;
 mod routes;
+mod structured;

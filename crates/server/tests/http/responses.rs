@@ -232,7 +232,7 @@ async fn what_cannot_be_honoured_is_refused_by_name() {
         ),
         (
             request(json!({"text": {"format": {"type": "json_schema"}}})),
-            "text",
+            "text.format.name",
         ),
         (
             request(json!({"reasoning": {"effort": "high"}})),
