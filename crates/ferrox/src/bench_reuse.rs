@@ -218,7 +218,7 @@ pub fn chat_request(args: &BenchServeArgs, messages: Vec<Value>, max_tokens: usi
     let route = args.route();
     Request {
         route,
-        body: route.body(&messages, max_tokens, args.model.as_deref()),
+        body: route.body(&messages, max_tokens, args.model.as_deref(), None),
     }
 }
 

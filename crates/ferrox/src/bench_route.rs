@@ -50,8 +50,15 @@ impl Route {
     }
 
     /// A greedy streaming request: `messages` for a chat route (a raw route gets the user
-    /// texts joined), at most `max_tokens`.
-    pub fn body(self, messages: &[Value], max_tokens: usize, model: Option<&str>) -> Value {
+    /// texts joined), at most `max_tokens`, its output constrained to `schema` if given
+    /// (in the route's own spelling).
+    pub fn body(
+        self,
+        messages: &[Value],
+        max_tokens: usize,
+        model: Option<&str>,
+        schema: Option<&Value>,
+    ) -> Value {
         let prompt = || {
             messages
                 .iter()
@@ -86,6 +93,20 @@ impl Route {
         };
         body["stream"] = json!(true);
         body["temperature"] = json!(0);
+        if let Some(schema) = schema {
+            match self {
+                Route::Completions | Route::Chat => {
+                    body["response_format"] = json!({"type": "json_schema",
+                        "json_schema": {"name": "bench", "schema": schema}});
+                }
+                Route::Responses => {
+                    body["text"] = json!({"format": {"type": "json_schema", "name": "bench",
+                                                     "schema": schema}});
+                }
+                Route::Completion => body["json_schema"] = schema.clone(),
+                Route::Messages => {} // refused by `BenchServeArgs::check`
+            }
+        }
         if let Some(m) = model {
             body["model"] = json!(m);
         }
@@ -191,6 +212,7 @@ mod tests {
                 json!({"role": "user", "content": "u"}),
             ],
             8,
+            None,
             None,
         );
         assert_eq!(body["system"], "s");

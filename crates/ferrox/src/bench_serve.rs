@@ -42,6 +42,11 @@ pub struct BenchServeArgs {
     /// conversation and shared-prefix scenarios take the chat-shaped routes only.
     #[arg(long, value_enum)]
     pub route: Option<Route>,
+    /// Constrain every output to this JSON schema (a file), as the route spells it:
+    /// measures constrained decoding under load (not on `messages`: Anthropic has no
+    /// schema-constrained text).
+    #[arg(long)]
+    pub schema: Option<std::path::PathBuf>,
     /// Concurrency levels, comma-separated [default: 1,4,8,16; shared-prefix: 16].
     #[arg(short = 'n', long, value_delimiter = ',')]
     pub concurrency: Vec<usize>,
@@ -113,6 +118,12 @@ impl BenchServeArgs {
         }
     }
 
+    /// The `--schema` file's JSON (`check` made sure it reads).
+    pub fn schema_value(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.schema.as_ref()?).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
     /// `--route`, or the scenario's default.
     pub fn route(&self) -> Route {
         self.route.unwrap_or(match self.scenario {
@@ -123,6 +134,13 @@ impl BenchServeArgs {
 
     /// Refuses flags the scenario cannot honour, before anything is sent.
     fn check(&self) -> Result<(), String> {
+        if self.schema.is_some() && self.route() == Route::Messages {
+            return Err("--schema does not apply to --route messages".into());
+        }
+        if let Some(p) = &self.schema {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            serde_json::from_str::<Value>(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
         if self.scenario != Scenario::Load && !self.route().is_chat() {
             return Err("the conversation and shared-prefix scenarios send chats: use                         --route chat, messages or responses"
                 .into());
@@ -335,7 +353,12 @@ fn completion_request(args: &BenchServeArgs, prompt: String, max_tokens: usize) 
     let messages = [json!({"role": "user", "content": prompt})];
     Request {
         route,
-        body: route.body(&messages, max_tokens, args.model.as_deref()),
+        body: route.body(
+            &messages,
+            max_tokens,
+            args.model.as_deref(),
+            args.schema_value().as_ref(),
+        ),
     }
 }
 

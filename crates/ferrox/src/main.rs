@@ -1,6 +1,7 @@
 //! The `ferrox` command: inspect a GGUF, tokenize, run a prompt, benchmark, serve.
 
 mod bench;
+mod bench_grammar;
 mod bench_reuse;
 mod bench_route;
 mod bench_serve;
@@ -53,6 +54,8 @@ enum BenchSub {
     /// Fire concurrent streaming requests at a server and report tok/s, TTFT and ITL
     /// (`--scenario conversation` / `shared-prefix`: chat load that reuses prompts).
     Serve(bench_serve::BenchServeArgs),
+    /// Time constrained decoding alone: a schema's compile time and the per-token mask time.
+    Grammar(bench_grammar::BenchGrammarArgs),
 }
 
 fn main() {
@@ -72,6 +75,10 @@ fn main() {
             sub: Some(BenchSub::Serve(args)),
             ..
         }) => bench_serve::bench_serve(args),
+        Cmd::Bench(BenchCmd {
+            sub: Some(BenchSub::Grammar(args)),
+            ..
+        }) => bench_grammar::bench_grammar(args),
         Cmd::Bench(BenchCmd { sub: None, args }) => bench::bench(args),
         Cmd::Serve(args) => serve::serve(args),
         Cmd::Run(args) => run::run(args),
