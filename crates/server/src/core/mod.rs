@@ -7,6 +7,7 @@
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
 //!   constraint (llguidance), failing closed;
+//! - [`tools`]: tool calling — describing tools, the grammar of a call, reading calls back;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
@@ -18,3 +19,4 @@ pub mod grammar;
 pub mod ids;
 pub mod request;
 pub mod stream;
+pub mod tools;

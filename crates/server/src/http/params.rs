@@ -111,6 +111,11 @@ impl Fields {
         }
     }
 
+    /// Puts a parameter back (or in), for a reader that looked at it first.
+    pub fn map_insert(&mut self, name: &str, value: Value) {
+        self.map.insert(name.to_string(), value);
+    }
+
     /// Parameter `name` as raw JSON; `None` if absent or `null`.
     pub fn take_raw(&mut self, name: &str) -> Option<Value> {
         self.map.remove(name).filter(|v| !v.is_null())

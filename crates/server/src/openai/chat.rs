@@ -12,10 +12,12 @@ use serde_json::{json, Value};
 
 use super::{finish_reason, serve, Shape};
 use crate::core::error::ApiError;
-use crate::core::generate::ChoiceOutput;
+use crate::core::generate::{ChoiceOutput, Finish};
 use crate::core::request::Input;
+use crate::core::tools::Tools;
 use crate::http::params::JsonBody;
 use crate::openai::parse::parse_chat;
+use crate::openai::tool_calls::{tool_calls_json, StreamedCall};
 use crate::state::{Generator, Ready};
 
 pub async fn handle(
@@ -23,8 +25,16 @@ pub async fn handle(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
+    let calls = match &request.tools {
+        Some(t) => (0..request.options.n)
+            .map(|_| StreamedCall::new(t))
+            .collect(),
+        None => Vec::new(),
+    };
     let shape = Chat {
         logprobs: request.options.logprobs.is_some(),
+        tools: request.tools.clone(),
+        calls,
     };
     let input = Input::Chat(request.messages);
     serve(
@@ -53,6 +63,9 @@ fn logprob_entry(g: &Generator, t: &TokenEvent) -> Value {
 
 struct Chat {
     logprobs: bool,
+    tools: Option<Tools>,
+    /// Per choice, with tools: what its stream is doing (text or a call).
+    calls: Vec<StreamedCall>,
 }
 
 impl Chat {
@@ -67,14 +80,29 @@ impl Shape for Chat {
     const ID_PREFIX: &'static str = "chatcmpl";
 
     fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value {
+        let call = match (&self.tools, &out.finish) {
+            (Some(t), Finish::EndOfTurn) => t.parse(&out.completion.text),
+            _ => None,
+        };
+        let (message, reason) = match call {
+            Some(call) => (
+                json!({"role": "assistant", "content": null, "refusal": null,
+                       "tool_calls": tool_calls_json(&call)}),
+                "tool_calls",
+            ),
+            None => (
+                json!({"role": "assistant", "content": out.completion.text, "refusal": null}),
+                finish_reason(&out.finish),
+            ),
+        };
         json!({
             "index": index,
-            "message": {"role": "assistant", "content": out.completion.text, "refusal": null},
+            "message": message,
             "logprobs": self.logprobs.then(|| json!({
                 "content": out.tokens.iter().map(|t| logprob_entry(g, t)).collect::<Vec<_>>(),
                 "refusal": null,
             })),
-            "finish_reason": finish_reason(&out.finish),
+            "finish_reason": reason,
         })
     }
 
@@ -91,15 +119,39 @@ impl Shape for Chat {
             true => json!({"content": [logprob_entry(g, token)], "refusal": null}),
             false => Value::Null,
         };
-        let delta = json!({"content": token.text});
+        let delta = match self.calls.get_mut(index) {
+            Some(call) => match call.push(&token.text) {
+                Some(d) => d,
+                None if self.logprobs => json!({}),
+                None => return None,
+            },
+            None => json!({"content": token.text}),
+        };
         Some(Self::delta(index, delta, logprobs, None))
     }
 
-    fn text(&self, index: usize, text: &str) -> Value {
-        Self::delta(index, json!({"content": text}), Value::Null, None)
+    fn text(&mut self, index: usize, text: &str) -> Value {
+        let delta = match self.calls.get_mut(index) {
+            Some(call) => call.push(text).unwrap_or_else(|| json!({})),
+            None => json!({"content": text}),
+        };
+        Self::delta(index, delta, Value::Null, None)
     }
 
-    fn finish(&self, index: usize, finish_reason: &str) -> Value {
-        Self::delta(index, json!({}), Value::Null, Some(finish_reason))
+    fn finish(&mut self, index: usize, finish: &Finish) -> Value {
+        let (delta, called) = match self.calls.get_mut(index) {
+            Some(call) => call.finish(),
+            None => (None, false),
+        };
+        let reason = match (called, finish) {
+            (true, Finish::EndOfTurn) => "tool_calls",
+            _ => finish_reason(finish),
+        };
+        Self::delta(
+            index,
+            delta.unwrap_or_else(|| json!({})),
+            Value::Null,
+            Some(reason),
+        )
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::{finish_reason, serve, Shape};
 use crate::core::error::ApiError;
-use crate::core::generate::ChoiceOutput;
+use crate::core::generate::{ChoiceOutput, Finish};
 use crate::core::request::Input;
 use crate::http::params::JsonBody;
 use crate::openai::parse::parse_completion;
@@ -114,11 +114,11 @@ impl Shape for Completions {
         Some(choice(index, &token.text, logprobs, None))
     }
 
-    fn text(&self, index: usize, text: &str) -> Value {
+    fn text(&mut self, index: usize, text: &str) -> Value {
         choice(index, text, Value::Null, None)
     }
 
-    fn finish(&self, index: usize, finish_reason: &str) -> Value {
-        choice(index, "", Value::Null, Some(finish_reason))
+    fn finish(&mut self, index: usize, finish: &Finish) -> Value {
+        choice(index, "", Value::Null, Some(finish_reason(finish)))
     }
 }

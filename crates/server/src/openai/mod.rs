@@ -14,6 +14,7 @@ pub mod completions;
 pub mod parse;
 pub mod responses;
 pub mod store;
+pub mod tool_calls;
 
 use std::sync::Arc;
 
@@ -115,9 +116,9 @@ pub trait Shape: Send + 'static {
     /// A token's chunk choice, or `None` when it carries nothing to send.
     fn token(&mut self, g: &Generator, index: usize, token: &TokenEvent) -> Option<Value>;
     /// The chunk choice for text a choice's end released.
-    fn text(&self, index: usize, text: &str) -> Value;
+    fn text(&mut self, index: usize, text: &str) -> Value;
     /// The last chunk choice of a choice.
-    fn finish(&self, index: usize, finish_reason: &str) -> Value;
+    fn finish(&mut self, index: usize, finish: &Finish) -> Value;
 }
 
 /// The whole request for chat and completions: generate, then reply or stream.
@@ -185,11 +186,13 @@ impl<S: Shape> Encoder for Chunks<S> {
     }
 
     fn text(&mut self, _: &Generation, index: usize, text: &str) -> Vec<Frame> {
-        vec![self.frame(vec![self.shape.text(index, text)])]
+        let choice = self.shape.text(index, text);
+        vec![self.frame(vec![choice])]
     }
 
     fn finish(&mut self, _: &Generation, index: usize, f: &Finish, _: &Completion) -> Vec<Frame> {
-        vec![self.frame(vec![self.shape.finish(index, finish_reason(f))])]
+        let choice = self.shape.finish(index, f);
+        vec![self.frame(vec![choice])]
     }
 
     fn close(&mut self, g: &Generation) -> Vec<Frame> {

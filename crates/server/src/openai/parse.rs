@@ -13,12 +13,16 @@
 
 use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::ChatMessage;
-use serde_json::Value;
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Prompt};
+use crate::core::tools::{render_call, render_result, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
+use crate::openai::tool_calls::parse_tools;
 
 /// Most choices one request may ask for (`n`); each is a sequence in the batch.
 pub const MAX_N: usize = 16;
@@ -27,9 +31,6 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// OpenAI chat parameters this server does not implement: refused, never ignored.
 const CHAT_UNSUPPORTED: &[&str] = &[
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
     "functions",
     "function_call",
     "audio",
@@ -52,6 +53,8 @@ pub struct ChatRequest {
     pub options: GenerationOptions,
     /// Streaming only: send a last chunk with the usage.
     pub include_usage: bool,
+    /// The tools offered, unless there are none or `tool_choice` is `none`.
+    pub tools: Option<Tools>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +68,8 @@ pub struct CompletionRequest {
 pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     f.refuse_unsupported(CHAT_UNSUPPORTED)?;
-    let messages = parse_messages(f.take_raw("messages"))?;
+    let tools = parse_tools(&mut f)?;
+    let mut messages = parse_messages(f.take_raw("messages"), tools.as_ref())?;
     let (mut options, include_usage) = parse_options(&mut f)?;
     if let Some(m) = f.max_tokens("max_completion_tokens")? {
         if options.max_tokens.is_some_and(|t| t != m) {
@@ -89,10 +93,26 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     }
     options.logprobs = logprobs.then_some(top.unwrap_or(0));
     f.finish()?;
+    if let Some(t) = &tools {
+        if options.grammar.is_some() {
+            return Err(ApiError::invalid(
+                "response_format",
+                "response_format cannot be combined with tools",
+            ));
+        }
+        options.grammar = t.grammar();
+        if let Some(text) = t.system_text() {
+            match messages.first_mut().filter(|m| m.role == "system") {
+                Some(system) => system.content = format!("{}\n\n{text}", system.content),
+                None => messages.insert(0, ChatMessage::new("system", text)),
+            }
+        }
+    }
     Ok(ChatRequest {
         messages,
         options,
         include_usage,
+        tools,
     })
 }
 
@@ -338,7 +358,10 @@ fn parse_prompt(value: Option<Value>) -> Result<Prompt, ApiError> {
     }
 }
 
-pub fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
+pub fn parse_messages(
+    value: Option<Value>,
+    tools: Option<&Tools>,
+) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match value {
         None => {
             return Err(ApiError::MissingParameter {
@@ -359,26 +382,96 @@ pub fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError
             "must hold at least one message",
         ));
     }
+    let mut calls = CallLog {
+        auto: tools.is_some_and(|t| t.choice == ToolChoice::Auto),
+        names: HashMap::new(),
+    };
     items
         .into_iter()
         .enumerate()
-        .map(|(i, v)| parse_message(v, &format!("messages[{i}]")))
+        .map(|(i, v)| parse_message(v, &format!("messages[{i}]"), &mut calls))
         .collect()
+}
+
+/// The calls seen so far in a history, so that a tool's result can name its tool.
+struct CallLog {
+    /// Past calls are written with the `auto` marker, as this request's model writes them.
+    auto: bool,
+    names: HashMap<String, String>,
 }
 
 /// One chat message: `role` (system, developer, user, assistant) and `content` (a string,
 /// or a list of `{"type": "text", "text"}` parts, joined with newlines).
-pub fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
+fn parse_message(value: Value, path: &str, calls: &mut CallLog) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(value, path)?;
-    m.refuse_unsupported(&[
-        "name",
-        "tool_calls",
-        "tool_call_id",
-        "function_call",
-        "refusal",
-        "audio",
-    ])?;
-    let message = message_fields(&mut m, &["text"])?;
+    m.refuse_unsupported(&["name", "function_call", "refusal", "audio"])?;
+    let role = m.take_raw("role");
+    // A tool's result: a user turn that names the tool.
+    if role.as_ref().is_some_and(|r| r == "tool") {
+        let id: String = m.require("tool_call_id")?;
+        m.map_insert("role", json!("user"));
+        let result = message_fields(&mut m, &["text"])?;
+        m.finish()?;
+        let name = calls.names.get(&id).map(String::as_str);
+        return Ok(ChatMessage::new(
+            "user",
+            render_result(name, &result.content),
+        ));
+    }
+    if let Some(role) = role {
+        m.map_insert("role", role);
+    }
+    let tool_calls = m.take_raw("tool_calls");
+    let Some(tool_calls) = tool_calls else {
+        let message = message_fields(&mut m, &["text"])?;
+        m.finish()?;
+        return Ok(message);
+    };
+    // An assistant turn that called tools: its text (if any), then each call as the model
+    // writes one.
+    let content_missing = m
+        .take_raw("content")
+        .map(|c| m.map_insert("content", c))
+        .is_none();
+    if content_missing {
+        m.map_insert("content", json!(""));
+    }
+    let mut message = message_fields(&mut m, &["text"])?;
+    if message.role != "assistant" {
+        return Err(ApiError::invalid(
+            m.path("tool_calls"),
+            "only assistant messages carry tool_calls",
+        ));
+    }
+    let Value::Array(items) = tool_calls else {
+        return Err(ApiError::invalid(m.path("tool_calls"), "expected an array"));
+    };
+    let base = m.path("tool_calls");
+    for (k, item) in items.into_iter().enumerate() {
+        let mut c = Fields::nested(item, &format!("{base}[{k}]"))?;
+        let id: String = c.require("id")?;
+        c.take::<String>("type")?;
+        let fpath = c.path("function");
+        let func = c
+            .take_raw("function")
+            .ok_or_else(|| ApiError::MissingParameter {
+                param: fpath.clone(),
+            })?;
+        c.finish()?;
+        let mut f = Fields::nested(func, &fpath)?;
+        let call = ToolCall {
+            name: f.require("name")?,
+            arguments: f
+                .take::<String>("arguments")?
+                .unwrap_or_else(|| "{}".into()),
+        };
+        f.finish()?;
+        calls.names.insert(id, call.name.clone());
+        if !message.content.is_empty() {
+            message.content.push('\n');
+        }
+        message.content.push_str(&render_call(&call, calls.auto));
+    }
     m.finish()?;
     Ok(message)
 }
@@ -502,7 +595,10 @@ mod tests {
     #[test]
     fn refusals_name_the_parameter() {
         let param = |extra: Value| chat(extra).unwrap_err().param().map(str::to_string);
-        assert_eq!(param(json!({"tools": []})).as_deref(), Some("tools"));
+        assert_eq!(
+            param(json!({"tools": [{"type": "retrieval"}]})).as_deref(),
+            Some("tools[0].type")
+        );
         assert_eq!(param(json!({"messages": []})).as_deref(), Some("messages"));
         assert_eq!(
             param(json!({"max_tokens": 0})).as_deref(),

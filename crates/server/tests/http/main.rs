@@ -12,3 +12,4 @@ mod llamacpp;
 mod responses;
 mod routes;
 mod structured;
+mod tools;

@@ -1,0 +1,245 @@
+//! Tool calling on `/v1/chat/completions`: with `required` or a named tool every sample of a
+//! random model is a call whose arguments validate against the tool's schema; streamed
+//! fragments concatenate to exactly the non-streamed arguments and no call text reaches
+//! `content`; a parameterless tool streams `{}`; `auto` answers either text or a call; a
+//! history with calls and results renders; what cannot be honoured is refused by name.
+
+use ferrox_engine::synthetic::SyntheticSpec;
+use ferrox_sched::SchedulerConfig;
+use ferrox_server::{AppState, ServerConfig};
+use serde_json::{json, Value};
+
+use crate::common::{default_model_state, synthetic_state, tiny, TestServer};
+
+/// The tiny model with room for tool descriptions (its small vocabulary spells them in
+/// about a token per character).
+fn state() -> AppState {
+    let spec = SyntheticSpec {
+        context_length: 2048,
+        ..tiny()
+    };
+    synthetic_state(&spec, SchedulerConfig::default(), ServerConfig::default())
+}
+
+fn weather() -> Value {
+    json!({"type": "function", "function": {
+        "name": "get_weather", "description": "Weather in a city",
+        "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "enum": ["paris", "rome"]},
+                           "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city", "days"], "additionalProperties": false}}})
+}
+
+fn clock() -> Value {
+    json!({"type": "function", "function": {"name": "now"}})
+}
+
+fn ask(extra: Value) -> Value {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": "weather?"}], "max_tokens": 120,
+        "temperature": 1.0, "tools": [weather(), clock()], "tool_choice": "required",
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+fn validate(call: &Value) {
+    let f = &call["function"];
+    let args: Value = serde_json::from_str(f["arguments"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("arguments are not JSON ({e}): {call}"));
+    let schema = match f["name"].as_str().unwrap() {
+        "get_weather" => weather()["function"]["parameters"].clone(),
+        "now" => json!({"type": "object", "properties": {}}),
+        other => panic!("called an unknown tool {other}"),
+    };
+    let v = jsonschema::validator_for(&schema).unwrap();
+    assert!(v.is_valid(&args), "{call} does not validate");
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(call["type"], "function");
+}
+
+/// The tool calls a stream's deltas build for choice 0, and its content.
+fn streamed_call(events: &[Value]) -> (Option<(String, String, String)>, String) {
+    let (mut id, mut name, mut args, mut content) = (None, None, String::new(), String::new());
+    for e in events {
+        let Some(d) = e["choices"].get(0).map(|c| &c["delta"]) else {
+            continue;
+        };
+        if let Some(c) = d["content"].as_str() {
+            content.push_str(c);
+        }
+        for call in d["tool_calls"].as_array().into_iter().flatten() {
+            assert_eq!(call["index"], 0);
+            if let Some(i) = call["id"].as_str() {
+                assert!(id.is_none(), "a second first delta");
+                id = Some(i.to_string());
+                name = call["function"]["name"].as_str().map(str::to_string);
+            }
+            args.push_str(call["function"]["arguments"].as_str().unwrap_or(""));
+        }
+    }
+    (id.map(|i| (i, name.unwrap(), args)), content)
+}
+
+#[tokio::test]
+async fn every_required_call_validates_and_streams_to_the_same_arguments() {
+    let s = TestServer::start(state()).await;
+    for seed in 0..16 {
+        let (status, v) = s
+            .post("/v1/chat/completions", ask(json!({"seed": seed})))
+            .await;
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "seed {seed}: {v}");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        let call = &choice["message"]["tool_calls"][0];
+        validate(call);
+
+        let (_, events) = s
+            .stream(
+                "/v1/chat/completions",
+                ask(json!({"seed": seed, "stream": true})),
+            )
+            .await;
+        let (got, content) = streamed_call(&events);
+        let (_, name, args) = got.expect("the stream made a call");
+        assert_eq!(content, "", "call text leaked into content");
+        assert_eq!(name, call["function"]["name"].as_str().unwrap());
+        assert_eq!(
+            args,
+            call["function"]["arguments"].as_str().unwrap(),
+            "seed {seed}"
+        );
+        let last = events
+            .iter()
+            .rev()
+            .find(|e| e["choices"][0]["finish_reason"].is_string());
+        assert_eq!(last.unwrap()["choices"][0]["finish_reason"], "tool_calls");
+    }
+}
+
+#[tokio::test]
+async fn a_named_parameterless_tool_is_called_with_empty_arguments() {
+    let s = TestServer::start(state()).await;
+    let named = json!({"type": "function", "function": {"name": "now"}});
+    let (_, v) = s
+        .post(
+            "/v1/chat/completions",
+            ask(json!({"tool_choice": named.clone()})),
+        )
+        .await;
+    let call = &v["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "now", "{v}");
+    assert_eq!(call["function"]["arguments"], "{}");
+    let (_, events) = s
+        .stream(
+            "/v1/chat/completions",
+            ask(json!({"tool_choice": named, "stream": true})),
+        )
+        .await;
+    let (got, _) = streamed_call(&events);
+    assert_eq!(got.unwrap().2, "{}");
+}
+
+#[tokio::test]
+async fn auto_answers_text_or_a_call_and_histories_render() {
+    let s = TestServer::start(state()).await;
+    let (mut texts, mut calls) = (0, 0);
+    for seed in 0..12 {
+        let (status, v) = s
+            .post(
+                "/v1/chat/completions",
+                ask(json!({"tool_choice": "auto", "seed": seed})),
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        match choice["message"]["tool_calls"].as_array() {
+            Some(c) => {
+                validate(&c[0]);
+                calls += 1;
+            }
+            None => {
+                let text = choice["message"]["content"].as_str().unwrap();
+                assert!(!text.trim_start().starts_with("<tool_call>"), "{v}");
+                texts += 1;
+            }
+        }
+    }
+    assert_eq!(texts + calls, 12);
+    // A history with a call and its result, under every choice.
+    let history = json!([
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"rome\", \"days\": 2}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]);
+    for choice in ["none", "auto", "required"] {
+        let body = ask(json!({"messages": history, "tool_choice": choice, "seed": 1}));
+        let (status, v) = s.post("/v1/chat/completions", body).await;
+        assert_eq!(status, 200, "{choice}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn what_cannot_be_honoured_is_refused_by_name() {
+    let s = TestServer::start(state()).await;
+    let cases = [
+        (
+            ask(json!({"tool_choice": {"type": "function", "function": {"name": "nope"}}})),
+            "tool_choice",
+        ),
+        (
+            ask(json!({"tools": [{"type": "retrieval"}]})),
+            "tools[0].type",
+        ),
+        (
+            ask(json!({"tools": [{"type": "function", "function": {"name": "a b"}}]})),
+            "tools[0].function.name",
+        ),
+        (
+            ask(json!({"response_format": {"type": "json_object"}})),
+            "response_format",
+        ),
+        (
+            ask(json!({"tools": [], "tool_choice": "required"})),
+            "tool_choice",
+        ),
+        (
+            ask(
+                json!({"tools": [{"type": "function", "function": {"name": "f",
+                "parameters": {"type": "object", "properties": {"x": {"type": "nope"}}}}}]}),
+            ),
+            "tools",
+        ),
+        (
+            ask(json!({"messages": [{"role": "tool", "content": "x"}]})),
+            "messages[0].tool_call_id",
+        ),
+    ];
+    for (body, param) in cases {
+        let (status, v) = s.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(
+            (status, &v["error"]["param"]),
+            (400, &json!(param)),
+            "{body}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_model_calls_a_required_tool_with_valid_arguments() {
+    let Some(state) = default_model_state() else {
+        return;
+    };
+    let s = TestServer::start(state).await;
+    for seed in 0..6 {
+        let body = ask(json!({"seed": seed, "temperature": 0.7,
+            "messages": [{"role": "user", "content": "What is the weather in Rome for 3 days?"}]}));
+        let (_, v) = s.post("/v1/chat/completions", body).await;
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+        validate(&v["choices"][0]["message"]["tool_calls"][0]);
+    }
+}
