@@ -636,7 +636,7 @@ mod tests {
             Some("response_format.json_schema.name")
         );
         assert_eq!(
-            param(json!({"messages": [{"role": "tool", "content": "x"}]})).as_deref(),
+            param(json!({"messages": [{"role": "function", "content": "x"}]})).as_deref(),
             Some("messages[0].role")
         );
         assert_eq!(
