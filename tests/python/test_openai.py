@@ -163,13 +163,9 @@ def test_completion_logprobs():
 
 
 def test_unsupported_parameter_is_400_naming_it():
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    expect_error(openai.BadRequestError, lambda: chat(tools=tools), "unsupported_parameter", "tools")
+    functions = [{"name": "f", "parameters": {"type": "object"}}]
     expect_error(
-        openai.BadRequestError,
-        lambda: chat(parallel_tool_calls=True),
-        "unsupported_parameter",
-        "parallel_tool_calls",
+        openai.BadRequestError, lambda: chat(functions=functions), "unsupported_parameter", "functions"
     )
     expect_error(
         openai.BadRequestError,
@@ -177,6 +173,50 @@ def test_unsupported_parameter_is_400_naming_it():
         "unknown_parameter",
         "frobnicate",
     )
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+        },
+    },
+}
+
+
+def test_a_required_tool_call_has_valid_arguments_streamed_or_not():
+    import json
+
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = chat(messages=msgs, tools=[WEATHER], tool_choice="required", max_tokens=64)
+    assert r.choices[0].finish_reason == "tool_calls", r
+    call = r.choices[0].message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    assert set(args) == {"city", "unit"} and args["unit"] in ("c", "f"), args
+    stream = chat(messages=msgs, tools=[WEATHER], tool_choice="required", max_tokens=64, stream=True)
+    name, pieces, content, finish = None, [], "", None
+    for chunk in stream:
+        d = chunk.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            name = name or (tc.function.name if tc.function else None)
+            pieces.append((tc.function.arguments or "") if tc.function else "")
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and content == "" and name == "get_weather"
+    assert "".join(pieces) == call.function.arguments
+    # The call and its result as history: the next turn renders.
+    history = msgs + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "18 C and sunny"},
+    ]
+    r = chat(messages=history, tools=[WEATHER], max_tokens=8)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
 def test_validation_errors_are_400():

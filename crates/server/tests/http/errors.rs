@@ -72,8 +72,8 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
         ),
         (
             chat(json!({"tools": [{"type": "function"}]})),
-            "unsupported_parameter",
-            "tools",
+            "missing_required_parameter",
+            "tools[0].function",
         ),
         (
             chat(json!({"response_format": {"type": "yaml"}})),
@@ -81,9 +81,9 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
             "response_format.type",
         ),
         (
-            chat(json!({"parallel_tool_calls": true})),
+            chat(json!({"functions": [{"name": "f"}]})),
             "unsupported_parameter",
-            "parallel_tool_calls",
+            "functions",
         ),
         (chat(json!({"best_of": 2})), "unknown_parameter", "best_of"),
         (
