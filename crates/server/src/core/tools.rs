@@ -232,6 +232,87 @@ impl CallStream {
     }
 }
 
+/// What an answer streams as, protocol-free.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnswerPiece {
+    /// Ordinary text.
+    Text(String),
+    /// A call begins: its name.
+    CallStart(String),
+    /// More of the call's argument text.
+    Arguments(String),
+}
+
+#[derive(Debug)]
+enum Mode {
+    /// `auto`: the leading text, held while it could still begin the call marker.
+    Undecided(String),
+    Text,
+    Call(CallStream),
+}
+
+/// Turns the text of an answer, as it streams, into text or call pieces: a `required` or
+/// named answer is a call from its first character; an `auto` one holds its first
+/// characters while they could still be the marker, then goes one way for good.
+#[derive(Debug)]
+pub struct AnswerStream {
+    mode: Mode,
+}
+
+impl AnswerStream {
+    pub fn new(tools: &Tools) -> Self {
+        let mode = match tools.choice {
+            ToolChoice::Auto => Mode::Undecided(String::new()),
+            _ => Mode::Call(CallStream::default()),
+        };
+        AnswerStream { mode }
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<AnswerPiece> {
+        match &mut self.mode {
+            Mode::Text if text.is_empty() => Vec::new(),
+            Mode::Text => vec![AnswerPiece::Text(text.to_string())],
+            Mode::Call(stream) => stream.push(text).into_iter().map(Into::into).collect(),
+            Mode::Undecided(held) => {
+                held.push_str(text);
+                let lead = held.trim_start();
+                if let Some(rest) = lead.strip_prefix(CALL_MARKER) {
+                    let mut stream = CallStream::default();
+                    let pieces = stream.push(rest).into_iter().map(Into::into).collect();
+                    self.mode = Mode::Call(stream);
+                    pieces
+                } else if CALL_MARKER.starts_with(lead) {
+                    Vec::new()
+                } else {
+                    let all = std::mem::take(held);
+                    self.mode = Mode::Text;
+                    vec![AnswerPiece::Text(all)]
+                }
+            }
+        }
+    }
+
+    /// The last pieces (held text, or the rest of the arguments), and whether the answer
+    /// was a call.
+    pub fn finish(&mut self) -> (Vec<AnswerPiece>, bool) {
+        match &mut self.mode {
+            Mode::Undecided(held) if held.is_empty() => (Vec::new(), false),
+            Mode::Undecided(held) => (vec![AnswerPiece::Text(std::mem::take(held))], false),
+            Mode::Text => (Vec::new(), false),
+            Mode::Call(stream) => (stream.finish().into_iter().map(Into::into).collect(), true),
+        }
+    }
+}
+
+impl From<CallPiece> for AnswerPiece {
+    fn from(p: CallPiece) -> Self {
+        match p {
+            CallPiece::Start(name) => AnswerPiece::CallStart(name),
+            CallPiece::Arguments(a) => AnswerPiece::Arguments(a),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,15 +3,14 @@
 //! delta carrying `index`, `id`, `type` and the name, the later ones argument fragments that
 //! concatenate to exactly the non-streamed `arguments`, no call text ever in `content`.
 //!
-//! In an `auto` answer the stream cannot know at once whether text or a call comes: the first
-//! characters are held while they could still be the start of the call marker, then either
-//! released as `content` or read as a call.
+//! Whether an `auto` answer is text or a call is the core's `AnswerStream` to tell; this
+//! module only writes its pieces as OpenAI's deltas.
 
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::ids::random_id;
-use crate::core::tools::{CallPiece, CallStream, Tool, ToolCall, ToolChoice, Tools, CALL_MARKER};
+use crate::core::tools::{AnswerPiece, AnswerStream, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
 /// `tools` and `tool_choice` (and the accepted `parallel_tool_calls`); `None` without tools
@@ -139,99 +138,59 @@ pub fn tool_calls_json(call: &ToolCall) -> Value {
     }])
 }
 
-/// What one choice's stream is doing.
-#[derive(Debug)]
-enum Mode {
-    /// `auto`: the leading text, held while it could still begin the call marker.
-    Undecided(String),
-    Text,
-    Call {
-        id: String,
-        stream: CallStream,
-    },
-}
-
 /// A choice's streaming state: turns the answer's text into content or tool-call deltas.
 #[derive(Debug)]
 pub struct StreamedCall {
-    mode: Mode,
+    answer: AnswerStream,
+    id: String,
 }
 
 impl StreamedCall {
     pub fn new(tools: &Tools) -> Self {
-        let mode = match tools.choice {
-            ToolChoice::Auto => Mode::Undecided(String::new()),
-            _ => Mode::Call {
-                id: random_id("call_"),
-                stream: CallStream::default(),
-            },
-        };
-        StreamedCall { mode }
+        StreamedCall {
+            answer: AnswerStream::new(tools),
+            id: random_id("call_"),
+        }
     }
 
     /// The delta for `text`, if it has anything to send.
     pub fn push(&mut self, text: &str) -> Option<Value> {
-        match &mut self.mode {
-            Mode::Text => (!text.is_empty()).then(|| json!({"content": text})),
-            Mode::Call { id, stream } => {
-                let id = id.clone();
-                call_delta(&id, stream.push(text))
-            }
-            Mode::Undecided(held) => {
-                held.push_str(text);
-                let lead = held.trim_start();
-                if let Some(rest) = lead.strip_prefix(CALL_MARKER) {
-                    let (id, mut stream) = (random_id("call_"), CallStream::default());
-                    let delta = call_delta(&id, stream.push(rest));
-                    self.mode = Mode::Call { id, stream };
-                    delta
-                } else if CALL_MARKER.starts_with(lead) {
-                    None
-                } else {
-                    let all = std::mem::take(held);
-                    self.mode = Mode::Text;
-                    Some(json!({"content": all}))
-                }
-            }
-        }
+        delta(&self.id, self.answer.push(text))
     }
 
-    /// The last delta of the choice (held text or the rest of the arguments) and its finish
-    /// reason, `tool_calls` when it made a call.
+    /// The last delta of the choice (held text or the rest of the arguments), and whether
+    /// it made a call (`finish_reason: tool_calls`).
     pub fn finish(&mut self) -> (Option<Value>, bool) {
-        match &mut self.mode {
-            Mode::Undecided(held) => {
-                let held = std::mem::take(held);
-                ((!held.is_empty()).then(|| json!({"content": held})), false)
-            }
-            Mode::Text => (None, false),
-            Mode::Call { id, stream } => {
-                let id = id.clone();
-                (call_delta(&id, stream.finish().into_iter().collect()), true)
-            }
-        }
+        let (pieces, called) = self.answer.finish();
+        (delta(&self.id, pieces), called)
     }
 }
 
-/// A `tool_calls` delta of the pieces, if any.
-fn call_delta(id: &str, pieces: Vec<CallPiece>) -> Option<Value> {
+/// One delta of the pieces: `content`, or a `tool_calls` entry (with `id`, `type` and the
+/// name when the call starts), if there is anything to send.
+fn delta(id: &str, pieces: Vec<AnswerPiece>) -> Option<Value> {
+    let mut content = String::new();
     let mut entry = json!({"index": 0});
     let mut args = String::new();
+    let mut call = false;
     for p in pieces {
         match p {
-            CallPiece::Start(name) => {
+            AnswerPiece::Text(t) => content.push_str(&t),
+            AnswerPiece::CallStart(name) => {
+                call = true;
                 entry["id"] = json!(id);
                 entry["type"] = json!("function");
                 entry["function"] = json!({"name": name, "arguments": ""});
             }
-            CallPiece::Arguments(a) => args.push_str(&a),
+            AnswerPiece::Arguments(a) => {
+                call = true;
+                args.push_str(&a);
+            }
         }
     }
-    if entry.get("function").is_none() && args.is_empty() {
-        return None;
-    }
-    if !args.is_empty() || entry.get("function").is_none() {
+    if call {
         entry["function"]["arguments"] = json!(args);
+        return Some(json!({"tool_calls": [entry]}));
     }
-    Some(json!({"tool_calls": [entry]}))
+    (!content.is_empty()).then(|| json!({"content": content}))
 }
