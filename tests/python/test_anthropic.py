@@ -101,11 +101,11 @@ def test_count_tokens_equals_what_a_call_reports():
 
 def test_errors_are_typed():
     try:
-        ask(tools=[{"name": "f", "input_schema": {"type": "object"}}])
-        raise AssertionError("tools were accepted")
+        ask(thinking={"type": "enabled", "budget_tokens": 1024})
+        raise AssertionError("thinking was accepted")
     except anthropic.BadRequestError as e:
         assert e.body["error"]["type"] == "invalid_request_error"
-        assert "tools" in e.body["error"]["message"]
+        assert "thinking" in e.body["error"]["message"]
     try:
         ask(model="claude-opus-4-1")
         raise AssertionError("an unknown model was served")
@@ -116,6 +116,39 @@ def test_errors_are_typed():
         raise AssertionError("max_tokens 0 was accepted")
     except anthropic.BadRequestError:
         pass
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"type": "string", "enum": ["c", "f"]}},
+        "required": ["city", "unit"],
+    },
+}
+
+
+def test_a_forced_tool_use_streams_its_input():
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    m = ask(messages=msgs, tools=[WEATHER], tool_choice={"type": "any"}, max_tokens=64)
+    assert m.stop_reason == "tool_use", m
+    block = m.content[0]
+    assert block.type == "tool_use" and block.name == "get_weather"
+    assert set(block.input) == {"city", "unit"} and block.input["unit"] in ("c", "f")
+    with client.messages.stream(
+        model=model(), max_tokens=64, messages=msgs, tools=[WEATHER],
+        tool_choice={"type": "any"}, extra_body={"temperature": 0},
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert final.content[0].input == block.input
+    history = msgs + [
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True)]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block.id, "content": "18 C"}]},
+    ]
+    m = ask(messages=history, tools=[WEATHER], max_tokens=8)
+    assert m.stop_reason in ("end_turn", "max_tokens", "tool_use")
 
 
 if __name__ == "__main__":

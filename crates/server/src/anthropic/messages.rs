@@ -12,10 +12,12 @@
 //! is automatic here and costs nothing extra.
 //!
 //! Streaming, in Anthropic's grammar: `message_start` (its usage counts the whole prompt as
-//! input, since what the cache supplies is known only at the end) → `content_block_start` →
-//! `content_block_delta`s (`text_delta`) → `content_block_stop` → `message_delta` (the
-//! stop reason and the final usage, cumulative) → `message_stop`. One text block, so blocks
-//! never interleave. Idle time is filled with `ping` events; a failure after the headers is
+//! input, since what the cache supplies is known only at the end) → per block
+//! `content_block_start` → `content_block_delta`s (`text_delta`, or `input_json_delta` for
+//! a `tool_use` block) → `content_block_stop`, blocks strictly one after another →
+//! `message_delta` (the stop reason — `tool_use` after a call — and the final usage,
+//! cumulative) → `message_stop`. With tools, a `tool_use` reply holds the call with its
+//! `input` parsed from the constrained arguments. Idle time is filled with `ping` events; a failure after the headers is
 //! `event: error`.
 
 use axum::response::{IntoResponse, Response};
@@ -30,6 +32,7 @@ use crate::core::generate::{generate, prompt_ids, Finish, Generation, RequestUsa
 use crate::core::ids::random_id;
 use crate::core::request::Input;
 use crate::core::stream::{drive, Encoder};
+use crate::core::tools::{AnswerPiece, AnswerStream};
 use crate::http::params::JsonBody;
 use crate::http::sse::{sse_response, Frame, Ping};
 use crate::state::Ready;
@@ -40,6 +43,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let request = parse_messages(body)?;
     let options = request.options;
+    let tools = request.tools;
     let generation = generate(generator, Input::Chat(request.messages), &options).await?;
     let message = Message {
         id: random_id("msg_"),
@@ -47,15 +51,31 @@ pub async fn handle(
     };
     if options.stream {
         let ping = Frame::named("ping", &json!({"type": "ping"}));
-        let encoder = Events { message };
+        let answer = tools.as_ref().map(AnswerStream::new);
+        let encoder = Events {
+            message,
+            answer,
+            open: None,
+            blocks: 0,
+        };
         return Ok(sse_response(drive(generation, encoder), Ping::Event(ping)));
     }
     let mut generation = generation;
     let outputs = generation.collect().await?;
     let usage = generation.usage();
     let out = &outputs[0];
+    let call = match (&tools, &out.finish) {
+        (Some(t), Finish::EndOfTurn) => t.parse(&out.completion.text),
+        _ => None,
+    };
     let mut body = message.object(&out.completion.text, usage);
     set_stop(&mut body, &out.finish);
+    if let Some(call) = call {
+        let input: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+        body["content"] = json!([{"type": "tool_use", "id": random_id("toolu_"),
+                                  "name": call.name, "input": input}]);
+        body["stop_reason"] = json!("tool_use");
+    }
     Ok(Json(body).into_response())
 }
 
@@ -115,9 +135,22 @@ fn set_stop(target: &mut Value, finish: &Finish) {
     target["stop_sequence"] = sequence;
 }
 
-/// The stream encoder: one text block, opened with the message.
+/// The stream encoder. Blocks open as their first piece arrives — a text block, or with
+/// tools a `tool_use` block whose input streams as `input_json_delta`s — and close before
+/// the next one or the message's end.
 struct Events {
     message: Message,
+    /// With tools: text or a call, as the answer goes.
+    answer: Option<AnswerStream>,
+    /// The kind of the open block, if one is.
+    open: Option<Block>,
+    blocks: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Block {
+    Text,
+    ToolUse,
 }
 
 fn event(name: &'static str, mut data: Value) -> Frame {
@@ -125,11 +158,63 @@ fn event(name: &'static str, mut data: Value) -> Frame {
     Frame::named(name, &data)
 }
 
-fn text_delta(text: &str) -> Frame {
-    event(
-        "content_block_delta",
-        json!({"index": 0, "delta": {"type": "text_delta", "text": text}}),
-    )
+impl Events {
+    /// Frames for `pieces`, opening and closing blocks as needed.
+    fn pieces(&mut self, pieces: Vec<AnswerPiece>) -> Vec<Frame> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                AnswerPiece::Text(t) if t.is_empty() => {}
+                AnswerPiece::Text(t) => {
+                    if self.open != Some(Block::Text) {
+                        out.extend(self.close_block());
+                        out.push(self.start(json!({"type": "text", "text": ""}), Block::Text));
+                    }
+                    out.push(self.delta(json!({"type": "text_delta", "text": t})));
+                }
+                AnswerPiece::CallStart(name) => {
+                    out.extend(self.close_block());
+                    let block = json!({"type": "tool_use", "id": random_id("toolu_"),
+                                       "name": name, "input": {}});
+                    out.push(self.start(block, Block::ToolUse));
+                }
+                AnswerPiece::Arguments(a) => {
+                    out.push(self.delta(json!({"type": "input_json_delta", "partial_json": a})));
+                }
+            }
+        }
+        out
+    }
+
+    fn start(&mut self, block: Value, kind: Block) -> Frame {
+        self.open = Some(kind);
+        event(
+            "content_block_start",
+            json!({"index": self.blocks, "content_block": block}),
+        )
+    }
+
+    fn delta(&self, delta: Value) -> Frame {
+        event(
+            "content_block_delta",
+            json!({"index": self.blocks, "delta": delta}),
+        )
+    }
+
+    fn close_block(&mut self) -> Option<Frame> {
+        self.open.take()?;
+        let frame = event("content_block_stop", json!({"index": self.blocks}));
+        self.blocks += 1;
+        Some(frame)
+    }
+
+    fn text(&mut self, text: &str) -> Vec<Frame> {
+        let pieces = match &mut self.answer {
+            Some(answer) => answer.push(text),
+            None => vec![AnswerPiece::Text(text.to_string())],
+        };
+        self.pieces(pieces)
+    }
 }
 
 impl Encoder for Events {
@@ -140,39 +225,37 @@ impl Encoder for Events {
             cached_tokens: 0,
             ..g.usage()
         };
-        vec![
-            event(
-                "message_start",
-                json!({"message": self.message.object("", usage)}),
-            ),
-            event(
-                "content_block_start",
-                json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
-            ),
-        ]
+        vec![event(
+            "message_start",
+            json!({"message": self.message.object("", usage)}),
+        )]
     }
 
     fn token(&mut self, _: &Generation, _: usize, token: &TokenEvent) -> Vec<Frame> {
-        match token.text.as_str() {
-            "" => Vec::new(),
-            text => vec![text_delta(text)],
-        }
+        self.text(&token.text)
     }
 
     fn text(&mut self, _: &Generation, _: usize, text: &str) -> Vec<Frame> {
-        vec![text_delta(text)]
+        Events::text(self, text)
     }
 
     fn finish(&mut self, g: &Generation, _: usize, f: &Finish, _: &Completion) -> Vec<Frame> {
+        let (pieces, called) = match &mut self.answer {
+            Some(answer) => answer.finish(),
+            None => (Vec::new(), false),
+        };
+        let mut frames = self.pieces(pieces);
+        frames.extend(self.close_block());
         let mut delta = json!({});
         set_stop(&mut delta, f);
-        vec![
-            event("content_block_stop", json!({"index": 0})),
-            event(
-                "message_delta",
-                json!({"delta": delta, "usage": usage_json(g.usage())}),
-            ),
-        ]
+        if called && *f == Finish::EndOfTurn {
+            delta["stop_reason"] = json!("tool_use");
+        }
+        frames.push(event(
+            "message_delta",
+            json!({"delta": delta, "usage": usage_json(g.usage())}),
+        ));
+        frames
     }
 
     fn close(&mut self, _: &Generation) -> Vec<Frame> {

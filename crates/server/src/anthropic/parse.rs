@@ -12,9 +12,10 @@
 //!   `workspace_id`, ...);
 //! - `temperature`, `top_p` and `top_k` are honoured (the current SDK sends them through
 //!   `extra_body` only);
-//! - block types this server cannot serve yet (`image`, `document`, `tool_use`,
-//!   `tool_result`, `thinking`, ...) and the `tools`, `tool_choice`, `thinking` and
-//!   `output_config` parameters are refused by name, never dropped;
+//! - `tools` and `tool_choice`, `tool_use` and `tool_result` blocks: tool calling as the
+//!   core does it (`core/tools.rs`);
+//! - block types this server cannot serve yet (`image`, `document`, `thinking`, ...) and
+//!   the `thinking` and `output_config` parameters are refused by name, never dropped;
 //! - a conversation ending in an assistant turn (Anthropic's "prefill") is refused by name:
 //!   continuing an assistant turn needs the template to leave it open, which it does not.
 
@@ -22,19 +23,15 @@ use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::ChatMessage;
 use serde_json::Value;
 
+use std::collections::HashMap;
+
 use crate::core::error::ApiError;
 use crate::core::request::GenerationOptions;
+use crate::core::tools::{render_call, render_result, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
 /// Parameters of the Messages API this server does not implement yet.
-const UNSUPPORTED: &[&str] = &[
-    "tools",
-    "tool_choice",
-    "thinking",
-    "output_config",
-    "mcp_servers",
-    "container",
-];
+const UNSUPPORTED: &[&str] = &["thinking", "output_config", "mcp_servers", "container"];
 
 /// Parameters that label or route a request on Anthropic's side and change nothing about
 /// what is generated: accepted and logged. (A top-level `cache_control` marks the prompt
@@ -54,6 +51,8 @@ const NO_EFFECT: &[&str] = &[
 pub struct MessagesRequest {
     pub messages: Vec<ChatMessage>,
     pub options: GenerationOptions,
+    /// The tools offered, unless there are none or `tool_choice` is `none`.
+    pub tools: Option<Tools>,
 }
 
 /// A `/v1/messages` body.
@@ -63,7 +62,14 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
     for name in NO_EFFECT {
         f.accept(name);
     }
-    let messages = conversation(&mut f)?;
+    let tools = parse_tools(&mut f)?;
+    let mut messages = conversation(&mut f, tools.as_ref())?;
+    if let Some(text) = tools.as_ref().and_then(Tools::system_text) {
+        match messages.first_mut().filter(|m| m.role == "system") {
+            Some(system) => system.content = format!("{}\n\n{text}", system.content),
+            None => messages.insert(0, ChatMessage::new("system", text)),
+        }
+    }
     let max_tokens = f
         .max_tokens("max_tokens")?
         .ok_or_else(|| ApiError::MissingParameter {
@@ -82,11 +88,16 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
         sampling,
         stop: f.stop("stop_sequences")?,
         stream: f.take("stream")?.unwrap_or(false),
+        grammar: tools.as_ref().and_then(Tools::grammar),
         ..GenerationOptions::default()
     };
     metadata(&mut f)?;
     f.finish()?;
-    Ok(MessagesRequest { messages, options })
+    Ok(MessagesRequest {
+        messages,
+        options,
+        tools,
+    })
 }
 
 /// A `/v1/messages/count_tokens` body: the prompt part of a Messages body.
@@ -96,17 +107,31 @@ pub fn parse_count_tokens(body: Value) -> Result<(Option<String>, Vec<ChatMessag
     for name in NO_EFFECT {
         f.accept(name);
     }
-    let messages = conversation(&mut f)?;
+    let tools = parse_tools(&mut f)?;
+    let mut messages = conversation(&mut f, tools.as_ref())?;
+    if let Some(text) = tools.as_ref().and_then(Tools::system_text) {
+        match messages.first_mut().filter(|m| m.role == "system") {
+            Some(system) => system.content = format!("{}\n\n{text}", system.content),
+            None => messages.insert(0, ChatMessage::new("system", text)),
+        }
+    }
     let model = f.take("model")?;
     f.finish()?;
     Ok((model, messages))
 }
 
 /// `system` and `messages`, as chat messages with alternating turns.
-fn conversation(f: &mut Fields) -> Result<Vec<ChatMessage>, ApiError> {
+fn conversation(f: &mut Fields, tools: Option<&Tools>) -> Result<Vec<ChatMessage>, ApiError> {
     let mut out: Vec<ChatMessage> = Vec::new();
+    let mut calls = Calls {
+        auto: tools.is_some_and(|t| t.choice == ToolChoice::Auto),
+        names: HashMap::new(),
+    };
     if let Some(system) = f.take_raw("system") {
-        out.push(ChatMessage::new("system", content(system, "system")?));
+        out.push(ChatMessage::new(
+            "system",
+            content(system, "system", &mut calls)?,
+        ));
     }
     let items = match f.take_raw("messages") {
         None => {
@@ -145,7 +170,7 @@ fn conversation(f: &mut Fields) -> Result<Vec<ChatMessage>, ApiError> {
                     param: content_path,
                 })
             }
-            Some(v) => content(v, &content_path)?,
+            Some(v) => content(v, &content_path, &mut calls)?,
         };
         m.finish()?;
         match out.last_mut() {
@@ -166,15 +191,23 @@ fn conversation(f: &mut Fields) -> Result<Vec<ChatMessage>, ApiError> {
     Ok(out)
 }
 
-/// A string, or an array of `text` blocks (joined with newlines).
-fn content(value: Value, path: &str) -> Result<String, ApiError> {
+/// The tool calls seen so far in a conversation, so that a result can name its tool.
+struct Calls {
+    /// Past calls are written with the `auto` marker, as this request's model writes them.
+    auto: bool,
+    names: HashMap<String, String>,
+}
+
+/// A string, or an array of blocks (joined with newlines): `text`, `tool_use` (a past call,
+/// written as the model writes one) and `tool_result` (written as a turn naming the tool).
+fn content(value: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError> {
     match value {
         Value::String(s) => Ok(s),
         Value::Array(blocks) => {
             let texts = blocks
                 .into_iter()
                 .enumerate()
-                .map(|(j, b)| text_block(b, &format!("{path}[{j}]")))
+                .map(|(j, b)| block(b, &format!("{path}[{j}]"), calls))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(texts.join("\n"))
         }
@@ -188,23 +221,129 @@ fn content(value: Value, path: &str) -> Result<String, ApiError> {
     }
 }
 
-fn text_block(block: Value, path: &str) -> Result<String, ApiError> {
+fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError> {
     let mut b = Fields::nested(block, path)?;
     let ty: String = b.require("type")?;
-    if ty != "text" {
-        return Err(ApiError::invalid(
-            b.path("type"),
-            format!(
-                "content blocks of type {ty:?} are not supported by this server yet; only \"text\""
-            ),
-        ));
-    }
-    let text: String = b.require("text")?;
     // The prefix cache is automatic: a breakpoint changes nothing.
     b.accept("cache_control");
-    b.refuse_unsupported(&["citations"])?;
+    let text = match ty.as_str() {
+        "text" => {
+            b.refuse_unsupported(&["citations"])?;
+            b.require("text")?
+        }
+        "tool_use" => {
+            let id: String = b.require("id")?;
+            let name: String = b.require("name")?;
+            let input = b.take_raw("input").unwrap_or_else(|| serde_json::json!({}));
+            // Who made the call and from which toolset (Anthropic's programmatic tool
+            // calling, tool search): no effect here.
+            b.accept("caller");
+            b.accept("toolset_name");
+            calls.names.insert(id, name.clone());
+            let call = ToolCall {
+                name,
+                arguments: input.to_string(),
+            };
+            render_call(&call, calls.auto)
+        }
+        "tool_result" => {
+            let id: String = b.require("tool_use_id")?;
+            let is_error = b.take::<bool>("is_error")?.unwrap_or(false);
+            let cpath = b.path("content");
+            let body = match b.take_raw("content") {
+                None => String::new(),
+                Some(v) => content(v, &cpath, calls)?,
+            };
+            let body = if is_error {
+                format!("error: {body}")
+            } else {
+                body
+            };
+            render_result(calls.names.get(&id).map(String::as_str), &body)
+        }
+        other => {
+            return Err(ApiError::invalid(
+                b.path("type"),
+                format!(
+                    "content blocks of type {other:?} are not supported by this server yet; \
+                     only \"text\", \"tool_use\" and \"tool_result\""
+                ),
+            ))
+        }
+    };
     b.finish()?;
     Ok(text)
+}
+
+/// `tools` (custom tools: `name`, `description`, `input_schema`) and `tool_choice`
+/// (`auto`, `any`, `tool` with a `name`, `none`; `disable_parallel_tool_use` accepted: an
+/// answer makes one call at most). Anthropic's server tools (`bash_…`, `web_search_…`) are
+/// refused by name.
+fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
+    let mut tools = Vec::new();
+    if let Some(v) = f.take_raw("tools") {
+        let Value::Array(items) = v else {
+            return Err(ApiError::invalid("tools", "expected an array"));
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let mut t = Fields::nested(item, &format!("tools[{i}]"))?;
+            if let Some(ty) = t.take::<String>("type")? {
+                if ty != "custom" {
+                    return Err(ApiError::invalid(
+                        t.path("type"),
+                        format!("server tools ({ty:?}) are not supported; only custom tools"),
+                    ));
+                }
+            }
+            let name: String = t.require("name")?;
+            let description = t.take::<String>("description")?;
+            let ipath = t.path("input_schema");
+            let parameters = t
+                .take_raw("input_schema")
+                .ok_or(ApiError::MissingParameter { param: ipath })?;
+            t.accept("cache_control");
+            t.finish()?;
+            tools.push(Tool {
+                name,
+                description,
+                parameters,
+            });
+        }
+    }
+    let choice = match f.take_raw("tool_choice") {
+        None if tools.is_empty() => ToolChoice::None,
+        None => ToolChoice::Auto,
+        Some(v) => {
+            let mut c = Fields::nested(v, "tool_choice")?;
+            c.take::<bool>("disable_parallel_tool_use")?;
+            let choice = match c.require::<String>("type")?.as_str() {
+                "auto" => ToolChoice::Auto,
+                "any" => ToolChoice::Required,
+                "none" => ToolChoice::None,
+                "tool" => ToolChoice::Named(c.require("name")?),
+                other => {
+                    return Err(ApiError::invalid(
+                        c.path("type"),
+                        format!("{other:?} is not one of \"auto\", \"any\", \"tool\", \"none\""),
+                    ))
+                }
+            };
+            c.finish()?;
+            choice
+        }
+    };
+    if let ToolChoice::Named(n) = &choice {
+        if !tools.iter().any(|t| &t.name == n) {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                format!("no tool named {n:?} is in tools"),
+            ));
+        }
+    }
+    if choice != ToolChoice::None && tools.is_empty() {
+        return Err(ApiError::invalid("tool_choice", "needs tools"));
+    }
+    Ok((choice != ToolChoice::None).then_some(Tools { tools, choice }))
 }
 
 /// `metadata`: an object whose `user_id` labels the request in logs.
@@ -261,10 +400,13 @@ mod tests {
         let param = |extra: Value| parse(extra).unwrap_err().param().map(str::to_string);
         let missing = parse_messages(json!({"messages": [{"role": "user", "content": "x"}]}));
         assert_eq!(missing.unwrap_err().param(), Some("max_tokens"));
-        assert_eq!(param(json!({"tools": []})).as_deref(), Some("tools"));
+        assert_eq!(
+            param(json!({"tools": [{"type": "bash_20250124", "name": "bash"}]})).as_deref(),
+            Some("tools[0].type")
+        );
         assert_eq!(
             param(json!({"messages": [{"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "x"}]}]}))
+                {"type": "image", "source": {}}]}]}))
             .as_deref(),
             Some("messages[0].content[0].type")
         );

@@ -164,7 +164,10 @@ async fn errors_are_in_anthropics_shape_and_name_their_parameter() {
     let no_max = json!({"model": "synthetic", "messages": [{"role": "user", "content": "x"}]});
     let cases = [
         (no_max, "max_tokens"),
-        (message(json!({"tools": [{"name": "f"}]})), "tools"),
+        (
+            message(json!({"tools": [{"name": "f"}]})),
+            "tools[0].input_schema",
+        ),
         (
             message(json!({"thinking": {"type": "enabled"}})),
             "thinking",
@@ -176,7 +179,7 @@ async fn errors_are_in_anthropics_shape_and_name_their_parameter() {
         ),
         (
             message(json!({"messages": [{"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "t"}]}]})),
+                {"type": "document", "source": {}}]}]})),
             "messages[0].content[0].type",
         ),
         (message(json!({"temperature": "hot"})), "temperature"),

@@ -243,3 +243,83 @@ async fn the_default_model_calls_a_required_tool_with_valid_arguments() {
         validate(&v["choices"][0]["message"]["tool_calls"][0]);
     }
 }
+
+fn anthropic_ask(extra: Value) -> Value {
+    let w = &weather()["function"];
+    let mut body = json!({
+        "model": "synthetic", "max_tokens": 120, "temperature": 1.0,
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [{"name": w["name"], "description": w["description"],
+                   "input_schema": w["parameters"]}],
+        "tool_choice": {"type": "any"},
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+#[tokio::test]
+async fn anthropic_tool_use_validates_and_streams_its_input() {
+    let s = TestServer::start(state()).await;
+    let schema = weather()["function"]["parameters"].clone();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for round in 0..8 {
+        let (status, v) = s.post("/v1/messages", anthropic_ask(json!({}))).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["stop_reason"], "tool_use", "{v}");
+        let block = &v["content"][0];
+        assert_eq!(block["type"], "tool_use");
+        assert!(block["id"].as_str().unwrap().starts_with("toolu_"));
+        assert_eq!(block["name"], "get_weather");
+        assert!(validator.is_valid(&block["input"]), "round {round}: {v}");
+    }
+    // Greedy, streamed and not: the input_json_delta fragments parse to the same input.
+    let greedy = json!({"temperature": 0});
+    let (_, whole) = s.post("/v1/messages", anthropic_ask(greedy.clone())).await;
+    let mut streamed = anthropic_ask(greedy);
+    streamed["stream"] = json!(true);
+    let (_, events) = s.named_stream("/v1/messages", streamed).await;
+    let names: Vec<&str> = events
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| *n != "ping")
+        .collect();
+    assert_eq!(names[..2], ["message_start", "content_block_start"]);
+    assert_eq!(events[1].1["content_block"]["type"], "tool_use");
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    let json_text: String = events
+        .iter()
+        .filter(|(n, _)| n == "content_block_delta")
+        .map(|(_, d)| {
+            assert_eq!(d["delta"]["type"], "input_json_delta", "{d}");
+            d["delta"]["partial_json"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let input: Value = serde_json::from_str(&json_text).unwrap();
+    assert_eq!(input, whole["content"][0]["input"]);
+    let delta = &events.iter().find(|(n, _)| n == "message_delta").unwrap().1;
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+
+    // The call and its result in the history render; a server tool is refused by name.
+    let history = json!([
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+            "name": "get_weather", "input": {"city": "rome", "days": 2}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+            "content": [{"type": "text", "text": "sunny"}]}]},
+    ]);
+    let body = anthropic_ask(json!({"messages": history, "tool_choice": {"type": "auto"}}));
+    let (status, v) = s.post("/v1/messages", body).await;
+    assert_eq!(status, 200, "{v}");
+    let bash = anthropic_ask(json!({"tools": [{"type": "bash_20250124", "name": "bash"}],
+                                   "tool_choice": {"type": "auto"}}));
+    let (status, v) = s.post("/v1/messages", bash).await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("tools[0].type"))
+    );
+}
