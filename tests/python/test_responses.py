@@ -82,6 +82,39 @@ def test_unknown_previous_response_id_is_404():
         assert e.code == "not_found", e.body
 
 
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+    },
+}
+
+
+def test_a_required_function_call_and_its_output():
+    import json
+
+    r = respond(input="Weather in Paris?", tools=[WEATHER], tool_choice="required", max_output_tokens=48)
+    call = r.output[0]
+    assert call.type == "function_call" and call.name == "get_weather", r
+    assert "city" in json.loads(call.arguments)  # other keys are allowed by this schema
+    events = list(respond(input="Weather in Paris?", tools=[WEATHER], tool_choice="required",
+                          max_output_tokens=48, stream=True))
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert args == events[-1].response.output[0].arguments
+    follow = respond(
+        previous_response_id=r.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18 C"}],
+        tools=[WEATHER],
+        tool_choice="none",
+        max_output_tokens=8,
+    )
+    assert follow.output[0].type == "message"
+
+
 if __name__ == "__main__":
     from runner import run
 

@@ -13,6 +13,7 @@ pub mod chat;
 pub mod completions;
 pub mod parse;
 pub mod responses;
+mod responses_stream;
 pub mod store;
 pub mod tool_calls;
 

@@ -6,11 +6,12 @@
 //! continuation, as OpenAI does), `max_output_tokens`, `temperature`, `top_p`, `stream`,
 //! `store` (default true), `previous_response_id`, `metadata` (returned as given), `user`.
 //! What the SDKs and Codex send with values that mean what this server does anyway is
-//! accepted (`tools: []`, `tool_choice: "auto"|"none"` without tools, `parallel_tool_calls`,
-//! `truncation: "disabled"`, `include: []`,
+//! accepted (`include: []`, `truncation: "disabled"`, `include: []`,
 //! `reasoning` without an effort, `background: false`, `service_tier`, `prompt_cache_key`);
 //! any other value of them is refused by name. `text.format` constrains the output:
-//! `json_object`, or `json_schema` (always enforced).
+//! `json_object`, or `json_schema` (always enforced). Function `tools` and `tool_choice`
+//! work as on chat (`core/tools.rs`): a call is a `function_call` output item with its
+//! `call_id`, and `function_call` / `function_call_output` input items carry the history.
 //!
 //! The reply is a `response` object with one `message` output item holding one
 //! `output_text` part; `status` is `completed`, or `incomplete` with
@@ -22,6 +23,7 @@
 //! is the prefix of this one, which the prefix cache makes cheap. An unknown or evicted id is
 //! a 404, never ignored.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -29,24 +31,28 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::ChatMessage;
-use ferrox_sched::{Completion, TokenEvent};
+
 use serde_json::{json, Map, Value};
 
 use super::parse::{cache_salt, json_schema_fields, message_fields, user};
 use super::random_id;
+use super::responses_stream::Events;
 use super::store::{ResponseStore, Stored};
 use crate::core::error::ApiError;
-use crate::core::generate::{generate, Finish, Generation, RequestUsage};
+use crate::core::generate::{generate, Finish, RequestUsage};
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Input};
-use crate::core::stream::{drive, Encoder};
+use crate::core::stream::drive;
+use crate::core::tools::{render_call, render_result, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields, JsonBody};
-use crate::http::sse::{sse_response, Frame, Ping};
+use crate::http::sse::{sse_response, Ping};
 use crate::state::{unix_now, AppState, Ready};
 
 /// A parsed `/v1/responses` body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponsesRequest {
+    /// Function tools offered, unless there are none or `tool_choice` is `none`.
+    pub tools: Option<Tools>,
     /// `text.format` as given (`{"type": "text"}` by default), echoed in the response.
     pub text_format: Value,
     pub instructions: Option<String>,
@@ -62,7 +68,9 @@ pub struct ResponsesRequest {
 pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     accept_defaults(&mut f)?;
-    let input = parse_input(f.take_raw("input"))?;
+    let tools = parse_tools(&mut f)?;
+    let auto = tools.as_ref().is_some_and(|t| t.choice == ToolChoice::Auto);
+    let input = parse_input(f.take_raw("input"), auto)?;
     let instructions = f.take::<String>("instructions")?;
     let defaults = SamplingParams::default();
     let sampling = SamplingParams {
@@ -80,9 +88,17 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
         ..GenerationOptions::default()
     };
     let (grammar, text_format) = text_format(&mut f)?;
+    if grammar.is_some() && tools.is_some() {
+        return Err(ApiError::invalid(
+            "text.format",
+            "a JSON text format cannot be combined with tools",
+        ));
+    }
+    let grammar = grammar.or_else(|| tools.as_ref().and_then(Tools::grammar));
     let options = GenerationOptions { grammar, ..options };
     let metadata = f.take("metadata")?.unwrap_or_default();
     let request = ResponsesRequest {
+        tools,
         text_format,
         instructions,
         input,
@@ -136,11 +152,8 @@ fn text_format(f: &mut Fields) -> Result<(Option<GrammarRequest>, Value), ApiErr
 fn accept_defaults(f: &mut Fields) -> Result<(), ApiError> {
     let empty = |v: &Value| v.as_array().is_some_and(|a| a.is_empty());
     type Check<'a> = (&'a str, &'a dyn Fn(&Value) -> bool);
-    let checks: [Check; 8] = [
-        ("tools", &empty),
+    let checks: [Check; 5] = [
         ("include", &empty),
-        ("tool_choice", &|v| v == "auto" || v == "none"),
-        ("parallel_tool_calls", &|v| v.is_boolean()),
         ("truncation", &|v| v == "disabled"),
         ("background", &|v| v == false),
         ("service_tier", &|v| v.is_string()),
@@ -161,17 +174,95 @@ fn accept_defaults(f: &mut Fields) -> Result<(), ApiError> {
     f.refuse_unsupported(&["top_logprobs", "prompt", "conversation", "max_tool_calls"])
 }
 
-fn parse_input(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
+/// `tools` (function tools: `name`, `description`, `parameters`, `strict`; other types
+/// refused by name), `tool_choice` (`none`, `auto`, `required`, `{"type": "function",
+/// "name"}`) and the accepted `parallel_tool_calls`.
+fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
+    f.take::<bool>("parallel_tool_calls")?;
+    let mut tools = Vec::new();
+    if let Some(v) = f.take_raw("tools") {
+        let Value::Array(items) = v else {
+            return Err(ApiError::invalid("tools", "expected an array"));
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let mut t = Fields::nested(item, &format!("tools[{i}]"))?;
+            let ty: String = t.require("type")?;
+            if ty != "function" {
+                return Err(ApiError::invalid(
+                    t.path("type"),
+                    format!("tools of type {ty:?} are not supported; only \"function\""),
+                ));
+            }
+            let name: String = t.require("name")?;
+            let description = t.take::<String>("description")?;
+            let parameters = t.take_raw("parameters").unwrap_or_else(
+                || json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            );
+            t.take::<bool>("strict")?;
+            t.finish()?;
+            tools.push(Tool {
+                name,
+                description,
+                parameters,
+            });
+        }
+    }
+    let choice = match f.take_raw("tool_choice") {
+        None if tools.is_empty() => ToolChoice::None,
+        None => ToolChoice::Auto,
+        Some(Value::String(c)) => match c.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!("{other:?} is not one of \"none\", \"auto\", \"required\""),
+                ))
+            }
+        },
+        Some(v) => {
+            let mut c = Fields::nested(v, "tool_choice")?;
+            if c.require::<String>("type")? != "function" {
+                return Err(ApiError::invalid(c.path("type"), "must be \"function\""));
+            }
+            let name: String = c.require("name")?;
+            c.finish()?;
+            ToolChoice::Named(name)
+        }
+    };
+    if let ToolChoice::Named(n) = &choice {
+        if !tools.iter().any(|t| &t.name == n) {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                format!("no tool named {n:?} is in tools"),
+            ));
+        }
+    }
+    if choice != ToolChoice::None && tools.is_empty() {
+        // `tool_choice: "auto"` without tools is what SDKs send by default: no tools.
+        if choice == ToolChoice::Auto {
+            return Ok(None);
+        }
+        return Err(ApiError::invalid("tool_choice", "needs tools"));
+    }
+    Ok((choice != ToolChoice::None).then_some(Tools { tools, choice }))
+}
+
+fn parse_input(value: Option<Value>, auto: bool) -> Result<Vec<ChatMessage>, ApiError> {
     match value {
         None => Err(ApiError::MissingParameter {
             param: "input".into(),
         }),
         Some(Value::String(s)) => Ok(vec![ChatMessage::new("user", s)]),
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| input_item(item, &format!("input[{i}]")))
-            .collect(),
+        Some(Value::Array(items)) => {
+            let mut names = HashMap::new();
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| input_item(item, &format!("input[{i}]"), auto, &mut names))
+                .collect()
+        }
         Some(other) => Err(ApiError::invalid(
             "input",
             format!(
@@ -183,19 +274,44 @@ fn parse_input(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
 }
 
 /// A message item: `role`, `content` (a string or text parts), and the optional `type:
-/// "message"`, `id` and `status` of an output item sent back as input.
-fn input_item(item: Value, path: &str) -> Result<ChatMessage, ApiError> {
+/// "message"`, `id` and `status` of an output item sent back as input; or a past
+/// `function_call` (written as the model writes a call) and its `function_call_output`
+/// (written as a turn naming the tool).
+fn input_item(
+    item: Value,
+    path: &str,
+    auto: bool,
+    names: &mut HashMap<String, String>,
+) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(item, path)?;
-    if let Some(ty) = m.take::<String>("type")? {
-        if ty != "message" {
-            return Err(ApiError::invalid(
-                m.path("type"),
-                format!("input items of type {ty:?} are not supported by this server yet; only \"message\""),
-            ));
-        }
-    }
     m.accept("id");
     m.accept("status");
+    match m.take::<String>("type")?.as_deref() {
+        None | Some("message") => {}
+        Some("function_call") => {
+            let call_id: String = m.require("call_id")?;
+            let call = ToolCall {
+                name: m.require("name")?,
+                arguments: m.require("arguments")?,
+            };
+            m.finish()?;
+            names.insert(call_id, call.name.clone());
+            return Ok(ChatMessage::new("assistant", render_call(&call, auto)));
+        }
+        Some("function_call_output") => {
+            let call_id: String = m.require("call_id")?;
+            let output: String = m.require("output")?;
+            m.finish()?;
+            let name = names.get(&call_id).map(String::as_str);
+            return Ok(ChatMessage::new("user", render_result(name, &output)));
+        }
+        Some(ty) => {
+            return Err(ApiError::invalid(
+                m.path("type"),
+                format!("input items of type {ty:?} are not supported by this server yet; only \"message\", \"function_call\" and \"function_call_output\""),
+            ))
+        }
+    }
     let message = message_fields(&mut m, &["input_text", "output_text"])?;
     m.finish()?;
     Ok(message)
@@ -221,14 +337,21 @@ pub async fn create(
     };
     history.extend(request.input.iter().cloned());
     let mut prompt = Vec::with_capacity(history.len() + 1);
-    if let Some(instructions) = &request.instructions {
-        prompt.push(ChatMessage::new("system", instructions.clone()));
+    let tool_text = request.tools.as_ref().and_then(Tools::system_text);
+    let system: Vec<String> = [request.instructions.clone(), tool_text]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !system.is_empty() {
+        prompt.push(ChatMessage::new("system", system.join("\n\n")));
     }
     prompt.extend(history.iter().cloned());
     let generation = generate(generator, Input::Chat(prompt), &request.options).await?;
     let draft = Draft {
         id: random_id("resp_"),
         item_id: random_id("msg_"),
+        call_item_id: random_id("fc_"),
+        call_id: random_id("call_"),
         created_at: unix_now(),
         model: generation.generator.model_id.clone(),
         request,
@@ -236,11 +359,7 @@ pub async fn create(
         store: Arc::clone(&state.responses),
     };
     if draft.request.options.stream {
-        let encoder = Events {
-            draft,
-            sequence: 0,
-            text: String::new(),
-        };
+        let encoder = Events::new(draft);
         return Ok(sse_response(drive(generation, encoder), Ping::Comment));
     }
     let mut generation = generation;
@@ -280,12 +399,15 @@ pub async fn delete(
 }
 
 /// A response being made: its ids and what it will be stored with.
-struct Draft {
-    id: String,
-    item_id: String,
+pub(super) struct Draft {
+    pub(super) id: String,
+    /// The id of its message item, or of its function call item (and the call's own id).
+    pub(super) item_id: String,
+    pub(super) call_item_id: String,
+    pub(super) call_id: String,
     created_at: u64,
     model: String,
-    request: ResponsesRequest,
+    pub(super) request: ResponsesRequest,
     /// The conversation so far, this request's input included.
     history: Vec<ChatMessage>,
     store: Arc<ResponseStore>,
@@ -293,7 +415,12 @@ struct Draft {
 
 impl Draft {
     /// The response object; `output` and `usage` filled in when they are known.
-    fn object(&self, status: &str, output: Vec<Value>, usage: Option<RequestUsage>) -> Value {
+    pub(super) fn object(
+        &self,
+        status: &str,
+        output: Vec<Value>,
+        usage: Option<RequestUsage>,
+    ) -> Value {
         let o = &self.request.options;
         json!({
             "id": self.id,
@@ -312,8 +439,8 @@ impl Draft {
             "store": self.request.store,
             "temperature": o.sampling.temperature,
             "text": {"format": self.request.text_format},
-            "tool_choice": "none",
-            "tools": [],
+            "tool_choice": self.tool_choice_json(),
+            "tools": self.tools_json(),
             "top_p": o.sampling.top_p,
             "truncation": "disabled",
             "usage": usage.map(usage_json),
@@ -322,7 +449,31 @@ impl Draft {
         })
     }
 
-    fn item(&self, status: &str, content: Vec<Value>) -> Value {
+    fn tools_json(&self) -> Value {
+        let tools = self
+            .request
+            .tools
+            .as_ref()
+            .map_or(&[][..], |t| &t.tools[..]);
+        json!(tools
+            .iter()
+            .map(
+                |t| json!({"type": "function", "name": t.name, "description": t.description,
+                            "parameters": t.parameters, "strict": true})
+            )
+            .collect::<Vec<_>>())
+    }
+
+    fn tool_choice_json(&self) -> Value {
+        match self.request.tools.as_ref().map(|t| &t.choice) {
+            None | Some(ToolChoice::None) => json!("none"),
+            Some(ToolChoice::Auto) => json!("auto"),
+            Some(ToolChoice::Required) => json!("required"),
+            Some(ToolChoice::Named(n)) => json!({"type": "function", "name": n}),
+        }
+    }
+
+    pub(super) fn item(&self, status: &str, content: Vec<Value>) -> Value {
         json!({
             "id": self.item_id,
             "type": "message",
@@ -332,18 +483,51 @@ impl Draft {
         })
     }
 
+    /// A function call item.
+    pub(super) fn call_item(&self, status: &str, name: &str, arguments: &str) -> Value {
+        json!({
+            "type": "function_call",
+            "id": self.call_item_id,
+            "call_id": self.call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": status,
+        })
+    }
+
+    /// The call in the answer, if it is one.
+    pub(super) fn call(&self, text: &str, finish: &Finish) -> Option<ToolCall> {
+        match (&self.request.tools, finish) {
+            (Some(t), Finish::EndOfTurn) => t.parse(text),
+            _ => None,
+        }
+    }
+
     /// The finished response, stored if asked.
-    fn finished(&self, text: &str, finish: &Finish, usage: RequestUsage) -> Value {
+    pub(super) fn finished(&self, text: &str, finish: &Finish, usage: RequestUsage) -> Value {
         let complete = *finish != Finish::Length;
         let status = if complete { "completed" } else { "incomplete" };
-        let item = self.item(status, vec![text_part_json(text)]);
+        let call = self.call(text, finish);
+        let item = match &call {
+            Some(c) => self.call_item("completed", &c.name, &c.arguments),
+            None => self.item(status, vec![text_part_json(text)]),
+        };
         let mut response = self.object(status, vec![item], Some(usage));
         if !complete {
             response["incomplete_details"] = json!({"reason": "max_output_tokens"});
         }
         if self.request.store {
             let mut history = self.history.clone();
-            history.push(ChatMessage::new("assistant", text));
+            let auto = self
+                .request
+                .tools
+                .as_ref()
+                .is_some_and(|t| t.choice == ToolChoice::Auto);
+            let said = match &call {
+                Some(c) => render_call(c, auto),
+                None => text.to_string(),
+            };
+            history.push(ChatMessage::new("assistant", said));
             let stored = Stored {
                 response: response.clone(),
                 history,
@@ -354,7 +538,7 @@ impl Draft {
     }
 }
 
-fn text_part_json(text: &str) -> Value {
+pub(super) fn text_part_json(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
 
@@ -366,111 +550,4 @@ fn usage_json(u: RequestUsage) -> Value {
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": u.prompt_tokens + u.completion_tokens,
     })
-}
-
-/// The stream encoder: `response.created`, `response.in_progress`,
-/// `response.output_item.added`, `response.content_part.added`,
-/// `response.output_text.delta`…, then at the end `response.output_text.done`,
-/// `response.content_part.done`, `response.output_item.done` and one of
-/// `response.completed` / `response.incomplete` / `response.failed`.
-struct Events {
-    draft: Draft,
-    sequence: u64,
-    /// The text streamed so far.
-    text: String,
-}
-
-impl Events {
-    fn event(&mut self, name: &'static str, mut data: Value) -> Frame {
-        data["type"] = json!(name);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
-        Frame::named(name, &data)
-    }
-
-    fn part_event(&mut self, name: &'static str, mut data: Value) -> Frame {
-        data["item_id"] = json!(self.draft.item_id);
-        data["output_index"] = json!(0);
-        data["content_index"] = json!(0);
-        self.event(name, data)
-    }
-
-    fn delta(&mut self, text: &str) -> Vec<Frame> {
-        if text.is_empty() {
-            return Vec::new();
-        }
-        self.text.push_str(text);
-        let delta = json!({"delta": text, "logprobs": []});
-        vec![self.part_event("response.output_text.delta", delta)]
-    }
-}
-
-impl Encoder for Events {
-    type Chunk = Frame;
-
-    fn open(&mut self, _: &Generation) -> Vec<Frame> {
-        let response = self.draft.object("in_progress", Vec::new(), None);
-        let item = self.draft.item("in_progress", Vec::new());
-        vec![
-            self.event("response.created", json!({"response": response.clone()})),
-            self.event("response.in_progress", json!({"response": response})),
-            self.event(
-                "response.output_item.added",
-                json!({"output_index": 0, "item": item}),
-            ),
-            self.part_event(
-                "response.content_part.added",
-                json!({"part": text_part_json("")}),
-            ),
-        ]
-    }
-
-    fn token(&mut self, _: &Generation, _: usize, token: &TokenEvent) -> Vec<Frame> {
-        self.delta(&token.text)
-    }
-
-    fn text(&mut self, _: &Generation, _: usize, text: &str) -> Vec<Frame> {
-        self.delta(text)
-    }
-
-    fn finish(&mut self, g: &Generation, _: usize, f: &Finish, c: &Completion) -> Vec<Frame> {
-        debug_assert_eq!(self.text, c.text, "streamed text differs from the whole");
-        let text = c.text.clone();
-        let response = self.draft.finished(&text, f, g.usage());
-        let item = response["output"][0].clone();
-        let status = response["status"]
-            .as_str()
-            .unwrap_or("completed")
-            .to_string();
-        let done = if status == "completed" {
-            "response.completed"
-        } else {
-            "response.incomplete"
-        };
-        vec![
-            self.part_event(
-                "response.output_text.done",
-                json!({"text": text, "logprobs": []}),
-            ),
-            self.part_event(
-                "response.content_part.done",
-                json!({"part": text_part_json(&text)}),
-            ),
-            self.event(
-                "response.output_item.done",
-                json!({"output_index": 0, "item": item}),
-            ),
-            self.event(done, json!({"response": response})),
-        ]
-    }
-
-    fn close(&mut self, _: &Generation) -> Vec<Frame> {
-        Vec::new()
-    }
-
-    fn fail(&mut self, g: &Generation, e: &ApiError) -> Vec<Frame> {
-        let mut response = self.draft.object("failed", Vec::new(), Some(g.usage()));
-        response["error"] = json!({"code": "server_error", "message": e.to_string()});
-        vec![self.event("response.failed", json!({"response": response}))]
-    }
 }

@@ -227,8 +227,8 @@ async fn what_cannot_be_honoured_is_refused_by_name() {
     let s = TestServer::start(state(ServerConfig::default())).await;
     let cases = [
         (
-            request(json!({"tools": [{"type": "function", "name": "f"}]})),
-            "tools",
+            request(json!({"tools": [{"type": "web_search"}]})),
+            "tools[0].type",
         ),
         (
             request(json!({"text": {"format": {"type": "json_schema"}}})),
@@ -240,7 +240,7 @@ async fn what_cannot_be_honoured_is_refused_by_name() {
         ),
         (
             request(json!({"input": [{"type": "function_call_output", "call_id": "c"}]})),
-            "input[0].type",
+            "input[0].output",
         ),
         (
             request(json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})),

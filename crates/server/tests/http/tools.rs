@@ -323,3 +323,83 @@ async fn anthropic_tool_use_validates_and_streams_its_input() {
         (400, &json!("tools[0].type"))
     );
 }
+
+#[tokio::test]
+async fn responses_function_calls_stream_and_continue() {
+    let s = TestServer::start(state()).await;
+    let w = &weather()["function"];
+    let tool = json!({"type": "function", "name": w["name"], "description": w["description"],
+                      "parameters": w["parameters"]});
+    let body = |extra: Value| {
+        let mut b = json!({"input": "weather?", "max_output_tokens": 120, "temperature": 0,
+                           "tools": [tool], "tool_choice": "required"});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let (status, whole) = s.post("/v1/responses", body(json!({}))).await;
+    assert_eq!(status, 200, "{whole}");
+    let item = &whole["output"][0];
+    assert_eq!(item["type"], "function_call", "{whole}");
+    assert!(item["call_id"].as_str().unwrap().starts_with("call_"));
+    assert!(item["id"].as_str().unwrap().starts_with("fc_"));
+    let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    let schema = weather()["function"]["parameters"].clone();
+    assert!(jsonschema::validator_for(&schema).unwrap().is_valid(&args));
+
+    let (_, events) = s
+        .named_stream("/v1/responses", body(json!({"stream": true})))
+        .await;
+    for (i, (_, d)) in events.iter().enumerate() {
+        assert_eq!(d["sequence_number"], i);
+    }
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names[..3],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added"
+        ]
+    );
+    assert_eq!(events[2].1["item"]["type"], "function_call");
+    assert_eq!(
+        names[names.len() - 3..],
+        [
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let streamed: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.function_call_arguments.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    let last = &events.last().unwrap().1["response"]["output"][0];
+    assert_eq!(streamed, last["arguments"].as_str().unwrap());
+    assert_eq!(last["arguments"], item["arguments"], "streamed != buffered");
+    assert_eq!(last["id"], events[2].1["item"]["id"]);
+
+    // Continue with the call's output, by previous_response_id and by items.
+    let output = json!([{"type": "function_call_output", "call_id": item["call_id"],
+                         "output": "sunny"}]);
+    let (status, v) = s
+        .post(
+            "/v1/responses",
+            body(json!({"previous_response_id": whole["id"], "input": output, "tool_choice": "none"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["output"][0]["type"], "message");
+    let mut items = vec![json!({"role": "user", "content": "weather?"}), item.clone()];
+    items.extend(output.as_array().unwrap().iter().cloned());
+    let (status, v) = s
+        .post(
+            "/v1/responses",
+            body(json!({"input": items, "tool_choice": "auto"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+}

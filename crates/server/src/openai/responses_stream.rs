@@ -1,0 +1,205 @@
+//! The Responses API's stream: `response.created`, `response.in_progress`, then one output
+//! item — a `message` (`response.output_item.added`, `response.content_part.added`,
+//! `response.output_text.delta`…, `response.output_text.done`, `response.content_part.done`,
+//! `response.output_item.done`) or, with tools, a `function_call`
+//! (`response.output_item.added`, `response.function_call_arguments.delta`…,
+//! `response.function_call_arguments.done`, `response.output_item.done`) — and one of
+//! `response.completed` / `response.incomplete` / `response.failed`. Every event carries a
+//! gap-free `sequence_number`; the ids streamed are the final response's.
+//!
+//! Without tools the message item opens at once. With tools the item opens when the core's
+//! `AnswerStream` knows whether the answer is text or a call.
+
+use ferrox_sched::{Completion, TokenEvent};
+use serde_json::{json, Value};
+
+use super::responses::{text_part_json, Draft};
+use crate::core::error::ApiError;
+use crate::core::generate::{Finish, Generation};
+use crate::core::stream::Encoder;
+use crate::core::tools::{AnswerPiece, AnswerStream};
+use crate::http::sse::Frame;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Item {
+    Message,
+    Call,
+}
+
+pub(super) struct Events {
+    draft: Draft,
+    sequence: u64,
+    /// With tools: text or a call, as the answer goes.
+    answer: Option<AnswerStream>,
+    opened: Option<Item>,
+    /// The text (or argument text) streamed so far.
+    text: String,
+}
+
+impl Events {
+    pub(super) fn new(draft: Draft) -> Self {
+        let answer = draft.request.tools.as_ref().map(AnswerStream::new);
+        Events {
+            draft,
+            sequence: 0,
+            answer,
+            opened: None,
+            text: String::new(),
+        }
+    }
+
+    fn event(&mut self, name: &'static str, mut data: Value) -> Frame {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        Frame::named(name, &data)
+    }
+
+    fn part_event(&mut self, name: &'static str, mut data: Value) -> Frame {
+        data["item_id"] = json!(self.draft.item_id);
+        data["output_index"] = json!(0);
+        data["content_index"] = json!(0);
+        self.event(name, data)
+    }
+
+    fn call_event(&mut self, name: &'static str, mut data: Value) -> Frame {
+        data["item_id"] = json!(self.draft.call_item_id);
+        data["output_index"] = json!(0);
+        self.event(name, data)
+    }
+
+    fn open_message(&mut self) -> Vec<Frame> {
+        if self.opened.is_some() {
+            return Vec::new();
+        }
+        self.opened = Some(Item::Message);
+        let item = self.draft.item("in_progress", Vec::new());
+        vec![
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": item}),
+            ),
+            self.part_event(
+                "response.content_part.added",
+                json!({"part": text_part_json("")}),
+            ),
+        ]
+    }
+
+    fn pieces(&mut self, pieces: Vec<AnswerPiece>) -> Vec<Frame> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                AnswerPiece::Text(t) if t.is_empty() => {}
+                AnswerPiece::Text(t) => {
+                    out.extend(self.open_message());
+                    self.text.push_str(&t);
+                    let delta = json!({"delta": t, "logprobs": []});
+                    out.push(self.part_event("response.output_text.delta", delta));
+                }
+                AnswerPiece::CallStart(name) => {
+                    self.opened = Some(Item::Call);
+                    let item = self.draft.call_item("in_progress", &name, "");
+                    out.push(self.event(
+                        "response.output_item.added",
+                        json!({"output_index": 0, "item": item}),
+                    ));
+                }
+                AnswerPiece::Arguments(a) => {
+                    self.text.push_str(&a);
+                    out.push(self.call_event(
+                        "response.function_call_arguments.delta",
+                        json!({"delta": a}),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn push(&mut self, text: &str) -> Vec<Frame> {
+        let pieces = match &mut self.answer {
+            Some(answer) => answer.push(text),
+            None => vec![AnswerPiece::Text(text.to_string())],
+        };
+        self.pieces(pieces)
+    }
+}
+
+impl Encoder for Events {
+    type Chunk = Frame;
+
+    fn open(&mut self, _: &Generation) -> Vec<Frame> {
+        let response = self.draft.object("in_progress", Vec::new(), None);
+        let mut frames = vec![
+            self.event("response.created", json!({"response": response.clone()})),
+            self.event("response.in_progress", json!({"response": response})),
+        ];
+        if self.answer.is_none() {
+            frames.extend(self.open_message());
+        }
+        frames
+    }
+
+    fn token(&mut self, _: &Generation, _: usize, token: &TokenEvent) -> Vec<Frame> {
+        self.push(&token.text)
+    }
+
+    fn text(&mut self, _: &Generation, _: usize, text: &str) -> Vec<Frame> {
+        self.push(text)
+    }
+
+    fn finish(&mut self, g: &Generation, _: usize, f: &Finish, c: &Completion) -> Vec<Frame> {
+        let rest = match &mut self.answer {
+            Some(answer) => answer.finish().0,
+            None => Vec::new(),
+        };
+        let mut frames = self.pieces(rest);
+        let response = self.draft.finished(&c.text, f, g.usage());
+        let item = response["output"][0].clone();
+        let status = response["status"]
+            .as_str()
+            .unwrap_or("completed")
+            .to_string();
+        if self.opened == Some(Item::Call) {
+            let arguments = item["arguments"].clone();
+            frames.push(self.call_event(
+                "response.function_call_arguments.done",
+                json!({"arguments": arguments}),
+            ));
+        } else {
+            frames.extend(self.open_message());
+            debug_assert_eq!(self.text, c.text, "streamed text differs from the whole");
+            let text = c.text.clone();
+            frames.push(self.part_event(
+                "response.output_text.done",
+                json!({"text": text, "logprobs": []}),
+            ));
+            frames.push(self.part_event(
+                "response.content_part.done",
+                json!({"part": text_part_json(&text)}),
+            ));
+        }
+        frames.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": item}),
+        ));
+        let done = if status == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
+        frames.push(self.event(done, json!({"response": response})));
+        frames
+    }
+
+    fn close(&mut self, _: &Generation) -> Vec<Frame> {
+        Vec::new()
+    }
+
+    fn fail(&mut self, g: &Generation, e: &ApiError) -> Vec<Frame> {
+        let mut response = self.draft.object("failed", Vec::new(), Some(g.usage()));
+        response["error"] = json!({"code": "server_error", "message": e.to_string()});
+        vec![self.event("response.failed", json!({"response": response}))]
+    }
+}
