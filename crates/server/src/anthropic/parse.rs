@@ -64,11 +64,8 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
     }
     let tools = parse_tools(&mut f)?;
     let mut messages = conversation(&mut f, tools.as_ref())?;
-    if let Some(text) = tools.as_ref().and_then(Tools::system_text) {
-        match messages.first_mut().filter(|m| m.role == "system") {
-            Some(system) => system.content = format!("{}\n\n{text}", system.content),
-            None => messages.insert(0, ChatMessage::new("system", text)),
-        }
+    if let Some(t) = &tools {
+        t.describe_in(&mut messages);
     }
     let max_tokens = f
         .max_tokens("max_tokens")?
@@ -109,11 +106,8 @@ pub fn parse_count_tokens(body: Value) -> Result<(Option<String>, Vec<ChatMessag
     }
     let tools = parse_tools(&mut f)?;
     let mut messages = conversation(&mut f, tools.as_ref())?;
-    if let Some(text) = tools.as_ref().and_then(Tools::system_text) {
-        match messages.first_mut().filter(|m| m.role == "system") {
-            Some(system) => system.content = format!("{}\n\n{text}", system.content),
-            None => messages.insert(0, ChatMessage::new("system", text)),
-        }
+    if let Some(t) = &tools {
+        t.describe_in(&mut messages);
     }
     let model = f.take("model")?;
     f.finish()?;
@@ -332,18 +326,7 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             choice
         }
     };
-    if let ToolChoice::Named(n) = &choice {
-        if !tools.iter().any(|t| &t.name == n) {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                format!("no tool named {n:?} is in tools"),
-            ));
-        }
-    }
-    if choice != ToolChoice::None && tools.is_empty() {
-        return Err(ApiError::invalid("tool_choice", "needs tools"));
-    }
-    Ok((choice != ToolChoice::None).then_some(Tools { tools, choice }))
+    Tools::checked(tools, choice, "tool_choice")
 }
 
 /// `metadata`: an object whose `user_id` labels the request in logs.

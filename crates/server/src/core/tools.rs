@@ -16,8 +16,10 @@
 //! the same JSON object, and a tool's result as a user turn naming the tool, so the model
 //! reads its past calls in the form it writes them.
 
+use ferrox_engine::template::ChatMessage;
 use serde_json::{json, Value};
 
+use crate::core::error::ApiError;
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 
 /// The marker an `auto` answer starts a call with.
@@ -56,6 +58,44 @@ pub struct Tools {
 }
 
 impl Tools {
+    /// A protocol's parsed tools and choice, checked: a named choice must name one of the
+    /// tools, and `required` or a named choice needs tools (`param` is where the choice came
+    /// in). `None` when nothing is callable: no tools, or `tool_choice: none`.
+    pub fn checked(
+        tools: Vec<Tool>,
+        choice: ToolChoice,
+        param: &str,
+    ) -> Result<Option<Tools>, ApiError> {
+        if let ToolChoice::Named(n) = &choice {
+            if !tools.iter().any(|t| &t.name == n) {
+                return Err(ApiError::invalid(
+                    param,
+                    format!("no tool named {n:?} is in tools"),
+                ));
+            }
+        }
+        match choice {
+            ToolChoice::None => Ok(None),
+            // What SDKs send by default, with or without tools.
+            ToolChoice::Auto if tools.is_empty() => Ok(None),
+            ToolChoice::Required if tools.is_empty() => {
+                Err(ApiError::invalid(param, "\"required\" needs tools"))
+            }
+            choice => Ok(Some(Tools { tools, choice })),
+        }
+    }
+
+    /// Writes the tool descriptions into the system turn (a new one if there is none).
+    pub fn describe_in(&self, messages: &mut Vec<ChatMessage>) {
+        let Some(text) = self.system_text() else {
+            return;
+        };
+        match messages.first_mut().filter(|m| m.role == "system") {
+            Some(system) => system.content = format!("{}\n\n{text}", system.content),
+            None => messages.insert(0, ChatMessage::new("system", text)),
+        }
+    }
+
     /// The tools the choice leaves callable.
     fn callable(&self) -> Vec<&Tool> {
         match &self.choice {

@@ -101,12 +101,7 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
             ));
         }
         options.grammar = t.grammar();
-        if let Some(text) = t.system_text() {
-            match messages.first_mut().filter(|m| m.role == "system") {
-                Some(system) => system.content = format!("{}\n\n{text}", system.content),
-                None => messages.insert(0, ChatMessage::new("system", text)),
-            }
-        }
+        t.describe_in(&mut messages);
     }
     Ok(ChatRequest {
         messages,

@@ -231,22 +231,7 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             ToolChoice::Named(name)
         }
     };
-    if let ToolChoice::Named(n) = &choice {
-        if !tools.iter().any(|t| &t.name == n) {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                format!("no tool named {n:?} is in tools"),
-            ));
-        }
-    }
-    if choice != ToolChoice::None && tools.is_empty() {
-        // `tool_choice: "auto"` without tools is what SDKs send by default: no tools.
-        if choice == ToolChoice::Auto {
-            return Ok(None);
-        }
-        return Err(ApiError::invalid("tool_choice", "needs tools"));
-    }
-    Ok((choice != ToolChoice::None).then_some(Tools { tools, choice }))
+    Tools::checked(tools, choice, "tool_choice")
 }
 
 fn parse_input(value: Option<Value>, auto: bool) -> Result<Vec<ChatMessage>, ApiError> {

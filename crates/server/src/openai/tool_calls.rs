@@ -65,21 +65,7 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             ToolChoice::Named(name)
         }
     };
-    if choice != ToolChoice::None && tools.is_empty() {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "a tool_choice other than \"none\" needs tools",
-        ));
-    }
-    if let ToolChoice::Named(n) = &choice {
-        if !tools.iter().any(|t| &t.name == n) {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                format!("no tool named {n:?} is in tools"),
-            ));
-        }
-    }
-    Ok((choice != ToolChoice::None).then_some(Tools { tools, choice }))
+    Tools::checked(tools, choice, "tool_choice")
 }
 
 fn tool(value: Value, path: &str) -> Result<Tool, ApiError> {
