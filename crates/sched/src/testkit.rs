@@ -120,6 +120,23 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl StepModel for FakeModel {
+    /// On two threads, as the engine's pool runs it, so the scheduler's tests exercise the
+    /// parallel sampling path (each task on whichever thread takes it).
+    fn run_parallel(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= n {
+                return;
+            }
+            f(i);
+        };
+        std::thread::scope(|s| {
+            s.spawn(work);
+            work();
+        });
+    }
+
     type Kv = FakeKv;
     type Error = String;
 
@@ -284,6 +301,10 @@ impl<M> Probe<M> {
 }
 
 impl<M: StepModel> StepModel for Probe<M> {
+    fn run_parallel(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.inner.run_parallel(n, f)
+    }
+
     type Kv = M::Kv;
     type Error = M::Error;
 
