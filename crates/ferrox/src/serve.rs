@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// used evicted first).
     #[arg(long, env = "FERROX_RESPONSES_MAX_ENTRIES", default_value_t = ServerConfig::default().responses_max_entries)]
     pub responses_max_entries: usize,
+    /// Host names clients may use besides loopback ones (comma-separated; `*`: any). The
+    /// `--host` address is added when it is a specific one. Requests naming another host in
+    /// `Host` get 403 (DNS rebinding protection).
+    #[arg(long, env = "FERROX_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Most bytes the Responses API's store holds.
     #[arg(long, env = "FERROX_RESPONSES_MAX_BYTES", default_value_t = ServerConfig::default().responses_max_bytes)]
     pub responses_max_bytes: usize,
@@ -128,6 +133,14 @@ impl ServeArgs {
             default_max_tokens: self.default_max_tokens,
             responses_max_entries: self.responses_max_entries,
             responses_max_bytes: self.responses_max_bytes,
+            allowed_hosts: {
+                let mut hosts = self.allowed_hosts.clone();
+                let unspecified = matches!(self.host.as_str(), "0.0.0.0" | "::" | "[::]");
+                if !unspecified {
+                    hosts.push(self.host.trim_matches(|c| c == '[' || c == ']').to_string());
+                }
+                hosts
+            },
         }
     }
 }

@@ -74,6 +74,10 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(middleware::from_fn_with_state(
+            std::sync::Arc::clone(&state.config),
+            check_host,
+        ))
         .layer(axum::middleware::map_response(|r: Response| async move {
             render(r, openai::error_body)
         }))
@@ -84,6 +88,23 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
             track_requests,
         ))
         .with_state(state)
+}
+
+/// 403 for a `Host` this server does not answer to (`ServerConfig::host_allowed`). A
+/// request without one (HTTP/1.0) passes.
+async fn check_host(
+    State(config): State<std::sync::Arc<crate::state::ServerConfig>>,
+    req: Request,
+    next: middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("?").to_string());
+    match host {
+        Some(h) if !config.host_allowed(&h) => ApiError::HostNotAllowed { host: h }.into_response(),
+        _ => next.run(req).await,
+    }
 }
 
 fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {

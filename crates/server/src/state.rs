@@ -41,6 +41,33 @@ pub struct ServerConfig {
     /// bytes; past either, the least recently used are evicted.
     pub responses_max_entries: usize,
     pub responses_max_bytes: usize,
+    /// Host names (without port) requests may name in `Host` besides the loopback ones
+    /// (`localhost`, `127.0.0.1`, `::1`); `*` allows any. Protects a local server from DNS
+    /// rebinding: a web page whose name resolves to 127.0.0.1 still sends its own name.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl ServerConfig {
+    /// Whether a request's `Host` header value may be served.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let name = match host.strip_prefix('[') {
+            // An IPv6 literal: `[::1]:8080`.
+            Some(rest) => rest.split(']').next().unwrap_or(""),
+            None => host.rsplit_once(':').map_or(host, |(name, port)| {
+                if port.chars().all(|c| c.is_ascii_digit()) {
+                    name
+                } else {
+                    host
+                }
+            }),
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
+            || self
+                .allowed_hosts
+                .iter()
+                .any(|a| a == "*" || a.eq_ignore_ascii_case(&name))
+    }
 }
 
 impl Default for ServerConfig {
@@ -51,6 +78,7 @@ impl Default for ServerConfig {
             default_max_tokens: 2048,
             responses_max_entries: store::DEFAULT_MAX_ENTRIES,
             responses_max_bytes: store::DEFAULT_MAX_BYTES,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -18,7 +18,10 @@ use crate::core::error::{ApiError, ErrorClass};
 /// Anthropic's error body for `e`.
 pub fn error_body(e: &ApiError, _status: StatusCode) -> Value {
     let error_type = match e.class() {
-        ErrorClass::BadRequest | ErrorClass::MethodNotAllowed => "invalid_request_error",
+        ErrorClass::BadRequest
+        | ErrorClass::MethodNotAllowed
+        | ErrorClass::UnsupportedMediaType => "invalid_request_error",
+        ErrorClass::Forbidden => "permission_error",
         ErrorClass::NotFound => "not_found_error",
         ErrorClass::TooLarge => "request_too_large",
         ErrorClass::Unavailable => "overloaded_error",

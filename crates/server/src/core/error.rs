@@ -50,6 +50,16 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("the request body is larger than the limit of {limit_bytes} bytes")]
     PayloadTooLarge { limit_bytes: usize },
+    /// A JSON route got another content type (cross-site "simple" requests are forms or
+    /// text, so requiring JSON keeps web pages from posting to a local server).
+    #[error("the body must be sent with Content-Type: application/json, not {content_type:?}")]
+    UnsupportedMediaType { content_type: String },
+    /// The `Host` header is not one this server answers to (DNS rebinding protection).
+    #[error(
+        "Host {host:?} is not allowed; this server answers to loopback names and \
+         --allowed-hosts"
+    )]
+    HostNotAllowed { host: String },
     /// A route the served model cannot serve (infill without FIM tokens).
     #[error("{message}")]
     NotImplemented { message: String },
@@ -73,6 +83,10 @@ pub enum ErrorClass {
     NotFound,
     MethodNotAllowed,
     TooLarge,
+    /// The body's content type is not the route's (415).
+    UnsupportedMediaType,
+    /// The request is refused whatever its content (403).
+    Forbidden,
     /// The server cannot take it now; retrying later may work (503).
     Unavailable,
     /// This server cannot do it for this model (501).
@@ -142,6 +156,8 @@ impl ApiError {
             | ApiError::RouteNotFound { .. } => ErrorClass::NotFound,
             ApiError::MethodNotAllowed { .. } => ErrorClass::MethodNotAllowed,
             ApiError::PayloadTooLarge { .. } => ErrorClass::TooLarge,
+            ApiError::UnsupportedMediaType { .. } => ErrorClass::UnsupportedMediaType,
+            ApiError::HostNotAllowed { .. } => ErrorClass::Forbidden,
             ApiError::NotImplemented { .. } => ErrorClass::NotImplemented,
             ApiError::Loading => ErrorClass::Unavailable,
             ApiError::GenerationFailed { .. } | ApiError::Internal { .. } => ErrorClass::Internal,
@@ -175,6 +191,8 @@ impl ApiError {
             ApiError::RouteNotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::HostNotAllowed { .. } => "host_not_allowed",
             ApiError::NotImplemented { .. } => "not_implemented",
             ApiError::Loading => "model_loading",
             ApiError::GenerationFailed { .. } => "generation_failed",

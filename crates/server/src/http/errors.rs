@@ -26,6 +26,8 @@ pub fn status(e: &ApiError) -> StatusCode {
         ErrorClass::NotFound => StatusCode::NOT_FOUND,
         ErrorClass::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorClass::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorClass::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorClass::Forbidden => StatusCode::FORBIDDEN,
         ErrorClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorClass::NotImplemented => StatusCode::NOT_IMPLEMENTED,
         ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -23,6 +23,9 @@ use crate::core::error::ApiError;
 
 /// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
 /// instead of axum's plain-text rejections. The size limit is axum's `DefaultBodyLimit`.
+/// A `Content-Type` other than JSON (`application/json`, `…+json`) is a 415: browsers send
+/// cross-site "simple" requests as forms or text, so a web page cannot post to a local
+/// server. A request without one is taken as JSON (a browser always sends one).
 pub struct JsonBody(pub Value);
 
 #[async_trait]
@@ -30,6 +33,20 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if let Some(ct) = req.headers().get(axum::http::header::CONTENT_TYPE) {
+            let text = ct.to_str().unwrap_or("");
+            let mime = text
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            if mime != "application/json" && !mime.ends_with("+json") {
+                return Err(ApiError::UnsupportedMediaType {
+                    content_type: text.to_string(),
+                });
+            }
+        }
         let limit_bytes = req
             .extensions()
             .get::<BodyLimit>()

@@ -19,9 +19,11 @@ pub fn error_body(e: &ApiError, status: StatusCode) -> Value {
         ErrorClass::BadRequest if e.code() == "context_length_exceeded" => {
             "exceed_context_size_error"
         }
-        ErrorClass::BadRequest | ErrorClass::MethodNotAllowed | ErrorClass::TooLarge => {
-            "invalid_request_error"
-        }
+        ErrorClass::BadRequest
+        | ErrorClass::MethodNotAllowed
+        | ErrorClass::TooLarge
+        | ErrorClass::UnsupportedMediaType => "invalid_request_error",
+        ErrorClass::Forbidden => "permission_error",
         ErrorClass::NotFound => "not_found_error",
         ErrorClass::Unavailable => "unavailable_error",
         ErrorClass::NotImplemented => "not_supported_error",

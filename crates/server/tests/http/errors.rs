@@ -328,3 +328,76 @@ async fn an_unknown_parameter_is_named_on_every_route() {
         (400, &json!("stream_options.zz_unknown"))
     );
 }
+
+/// Browser attacks on a loopback server: a cross-site "simple" POST (a form, text) gets 415
+/// on every JSON route, and a `Host` that is not loopback or allowed (DNS rebinding) gets 403
+/// before any route runs; each in the route's shape, and nothing is generated.
+#[tokio::test]
+async fn cross_site_posts_and_rebound_hosts_are_refused() {
+    let s = server().await;
+    let body = Bytes::from(r#"{"prompt": "x", "max_tokens": 2}"#);
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ] {
+        for route in ["/v1/completions", "/v1/messages", "/completion"] {
+            let r = s
+                .endpoint
+                .send(Method::POST, route, Some((body.clone(), ct)))
+                .await
+                .unwrap();
+            assert_eq!(r.status, 415, "{route} {ct}");
+            let v = r.json().await.unwrap();
+            let code = v["error"]["code"].clone();
+            assert!(
+                code == "unsupported_media_type" || code == 415,
+                "{route}: {v}"
+            );
+        }
+    }
+    let ok = s
+        .endpoint
+        .send(
+            Method::POST,
+            "/v1/completions",
+            Some((body.clone(), "application/json; charset=utf-8")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200);
+
+    let config = ServerConfig {
+        allowed_hosts: vec!["ferrox.lan".into()],
+        ..ServerConfig::default()
+    };
+    for (host, allowed) in [
+        ("127.0.0.1:8080", true),
+        ("localhost", true),
+        ("[::1]:9", true),
+        ("ferrox.lan:8080", true),
+        ("FERROX.LAN", true),
+        ("evil.example:8080", false),
+        ("127.0.0.1.evil.example", false),
+    ] {
+        assert_eq!(config.host_allowed(host), allowed, "{host}");
+    }
+    assert!(ServerConfig {
+        allowed_hosts: vec!["*".into()],
+        ..ServerConfig::default()
+    }
+    .host_allowed("anything"));
+    // Through the router: a rebound Host is a 403 before the route.
+    let app = ferrox_server::app(s.state.clone());
+    let req = axum::http::Request::builder()
+        .method("GET")
+        .uri("/v1/models")
+        .header("host", "evil.example:8080")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let r = tower::ServiceExt::oneshot(app, req).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let bytes = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["error"]["code"], "host_not_allowed");
+}
