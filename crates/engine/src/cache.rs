@@ -31,3 +31,25 @@ pub fn default_model_path() -> PathBuf {
     }
     cache_dir().join("models").join(DEFAULT_MODEL_FILE)
 }
+
+/// The default model for a test that needs it: `Some(path)` when the file is there. When it
+/// is not, the test is skipped with a note, unless `FERROX_REQUIRE_MODEL=1` (which
+/// `scripts/test.sh` sets after fetching the model): then a missing model fails the test
+/// instead of letting it pass without testing.
+pub fn model_for_tests() -> Option<PathBuf> {
+    let path = default_model_path();
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("FERROX_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
+        panic!(
+            "the default model is missing at {} and FERROX_REQUIRE_MODEL=1",
+            path.display()
+        );
+    }
+    eprintln!(
+        "SKIP: the default model is not at {} (run `ferrox pull`)",
+        path.display()
+    );
+    None
+}

@@ -1,8 +1,6 @@
 //! Chat templates: builtin formats byte for byte, Jinja templates from strings (with the
 //! Python-style helpers real templates use), typed errors, and the default model's fallback.
 
-use std::path::PathBuf;
-
 use ferrox_engine::template::{BuiltinFormat, ChatMessage, ChatTemplate, TemplateError};
 use ferrox_engine::tokenizer::Tokenizer;
 
@@ -227,15 +225,9 @@ fn builtin_choice_by_architecture() {
 
 #[test]
 fn default_model_falls_back_to_gemma_and_tokenizes_like_llama_cpp() {
-    let path = match std::env::var_os("FERROX_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/ferrox/models/gemma-3-270m-q4_k_m.gguf"),
-    };
-    if !path.exists() {
-        eprintln!("SKIP: model not found (set FERROX_MODEL)");
+    let Some(path) = ferrox_engine::cache::model_for_tests() else {
         return;
-    }
+    };
     let f = ferrox_gguf::GgufFile::open(&path).unwrap();
     let tok = Tokenizer::from_gguf(&f).unwrap();
     let t = ChatTemplate::from_gguf(&f, "gemma3", &tok).unwrap();

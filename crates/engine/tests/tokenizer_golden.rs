@@ -9,15 +9,6 @@ use std::path::PathBuf;
 use ferrox_engine::tokenizer::Tokenizer;
 use ferrox_gguf::GgufFile;
 
-fn model_path() -> Option<PathBuf> {
-    let p = match std::env::var_os("FERROX_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/ferrox/models/gemma-3-270m-q4_k_m.gguf"),
-    };
-    p.exists().then_some(p)
-}
-
 /// `shared/` sits beside the project root; `FERROX_SHARED_DIR` overrides.
 fn shared_dir() -> PathBuf {
     if let Some(p) = std::env::var_os("FERROX_SHARED_DIR") {
@@ -27,10 +18,7 @@ fn shared_dir() -> PathBuf {
 }
 
 fn load() -> Option<Tokenizer> {
-    let Some(path) = model_path() else {
-        eprintln!("SKIP: model not found (set FERROX_MODEL)");
-        return None;
-    };
+    let path = ferrox_engine::cache::model_for_tests()?;
     let f = GgufFile::open(&path).expect("open model");
     Some(Tokenizer::from_gguf(&f).expect("load tokenizer"))
 }

@@ -2,8 +2,6 @@
 //! the streamed text always equals `decode` of the same ids. Uses a small synthetic SPM
 //! vocabulary (no model file), plus the default model when present.
 
-use std::path::PathBuf;
-
 use ferrox_engine::tokenizer::{StreamDecoder, Tokenizer, VocabMetadata};
 
 /// Llama-2-style SPM vocabulary: `<unk> <s> </s>`, 256 byte tokens, a few pieces.
@@ -128,15 +126,9 @@ fn spm_space_prefix_follows_special_tokens() {
 
 #[test]
 fn gemma_fraktur_letter_spans_four_tokens() {
-    let path = match std::env::var_os("FERROX_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/ferrox/models/gemma-3-270m-q4_k_m.gguf"),
-    };
-    if !path.exists() {
-        eprintln!("SKIP: model not found (set FERROX_MODEL)");
+    let Some(path) = ferrox_engine::cache::model_for_tests() else {
         return;
-    }
+    };
     let tok = Tokenizer::from_gguf(&ferrox_gguf::GgufFile::open(&path).unwrap()).unwrap();
     // llama.cpp: "𝔘" = <0xF0> <0x9D> <0x94> <0x98> (golden row "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 fraktur").
     let ids = tok.encode("𝔘", false, true);

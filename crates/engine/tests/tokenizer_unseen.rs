@@ -9,8 +9,6 @@
 //! `--ids --no-escape --log-disable [--no-bos] [--no-parse-special]` on the exact bytes of
 //! `text`. Needs the default model (env `FERROX_MODEL`); without it the test says so and passes.
 
-use std::path::PathBuf;
-
 use ferrox_engine::tokenizer::Tokenizer;
 
 /// `{text, add_bos, parse_special, ids}` per line.
@@ -161,15 +159,7 @@ const ROWS: &str = r##"{"text": "Hello</s>world", "add_bos": true, "parse_specia
 "##;
 
 fn load() -> Option<Tokenizer> {
-    let path = match std::env::var_os("FERROX_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/ferrox/models/gemma-3-270m-q4_k_m.gguf"),
-    };
-    if !path.exists() {
-        eprintln!("SKIP: model not found (set FERROX_MODEL)");
-        return None;
-    }
+    let path = ferrox_engine::cache::model_for_tests()?;
     let f = ferrox_gguf::GgufFile::open(&path).expect("open model");
     Some(Tokenizer::from_gguf(&f).expect("load tokenizer"))
 }

@@ -13,8 +13,7 @@ fn model_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FERROX_MODEL") {
         return Some(PathBuf::from(p));
     }
-    let home = std::env::var_os("HOME")?;
-    Some(PathBuf::from(home).join(".cache/ferrox/models/gemma-3-270m-q4_k_m.gguf"))
+    Some(ferrox_engine::cache::default_model_path())
 }
 
 #[test]

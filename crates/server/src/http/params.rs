@@ -227,11 +227,18 @@ impl Fields {
         let path = self.path(name);
         let stops = match self.take_raw(name) {
             None => return Ok(Vec::new()),
+            Some(Value::String(s)) if s.is_empty() => {
+                return Err(ApiError::invalid(path, "a stop string must not be empty"))
+            }
             Some(Value::String(s)) => vec![s],
             Some(Value::Array(items)) => items
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| match v {
+                    Value::String(s) if s.is_empty() => Err(ApiError::invalid(
+                        format!("{path}[{i}]"),
+                        "a stop string must not be empty",
+                    )),
                     Value::String(s) => Ok(s),
                     other => Err(ApiError::invalid(
                         format!("{path}[{i}]"),

@@ -74,14 +74,7 @@ pub fn default_model_state() -> Option<AppState> {
     static STATE: OnceLock<Option<AppState>> = OnceLock::new();
     STATE
         .get_or_init(|| {
-            let path = ferrox_engine::cache::default_model_path();
-            if !path.exists() {
-                eprintln!(
-                    "{} missing: run `cargo run -p ferrox -- pull`",
-                    path.display()
-                );
-                return None;
-            }
+            let path = ferrox_engine::cache::model_for_tests()?;
             let model = Model::load(&path, 2).expect("default model loads");
             Some(ready_state(
                 model,

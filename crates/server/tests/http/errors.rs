@@ -92,6 +92,8 @@ async fn bad_requests_are_400_naming_the_parameter_and_the_server_keeps_serving(
             "logit_bias",
         ),
         (chat(json!({"n": 0})), "invalid_value", "n"),
+        (chat(json!({"stop": ""})), "invalid_value", "stop"),
+        (chat(json!({"stop": ["a", ""]})), "invalid_value", "stop[1]"),
     ];
     for (body, code, param) in cases {
         let (status, v) = s.post("/v1/chat/completions", body.clone()).await;
