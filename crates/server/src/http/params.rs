@@ -15,14 +15,13 @@
 use axum::async_trait;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Number, Value};
 
 use crate::core::error::ApiError;
 
 /// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
-/// instead of axum's plain-text rejections. The size limit is axum's `DefaultBodyLimit`.
+/// instead of axum's plain-text rejections. The limit is the router's [`BodyLimit`].
 /// A `Content-Type` other than JSON (`application/json`, `…+json`) is a 415: browsers send
 /// cross-site "simple" requests as forms or text, so a web page cannot post to a local
 /// server. A request without one is taken as JSON (a browser always sends one).
@@ -32,7 +31,7 @@ pub struct JsonBody(pub Value);
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
         if let Some(ct) = req.headers().get(axum::http::header::CONTENT_TYPE) {
             let text = ct.to_str().unwrap_or("");
             let mime = text
@@ -51,21 +50,42 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .extensions()
             .get::<BodyLimit>()
             .map_or(DEFAULT_MAX_BODY_BYTES, |l| l.0);
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit_bytes }
-            } else {
-                ApiError::MalformedJson {
-                    message: rejection.body_text(),
-                }
-            }
-        })?;
+        let bytes = read_limited(req.into_body(), limit_bytes).await?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::MalformedJson {
                 message: e.to_string(),
             })
     }
+}
+
+/// How much more than the limit a too-large body is read (and dropped) before the 413 goes
+/// out, so that a client that writes its whole body before reading — most blocking HTTP
+/// libraries — reads the 413 instead of a broken pipe. Past it the connection is closed.
+pub const DRAIN_BYTES: usize = 64 << 20;
+
+/// The body, at most `limit` bytes: more is a 413, sent after draining up to
+/// [`DRAIN_BYTES`] of the rest.
+async fn read_limited(body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::MalformedJson {
+            message: format!("the body could not be read: {e}"),
+        })?;
+        seen += chunk.len();
+        if seen <= limit {
+            buf.extend_from_slice(&chunk);
+        } else if seen > limit.saturating_add(DRAIN_BYTES) {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::PayloadTooLarge { limit_bytes: limit });
+    }
+    Ok(Bytes::from(buf))
 }
 
 /// The default request body limit: 2 MiB holds a full 32k-token context as text or as a

@@ -403,3 +403,29 @@ async fn cross_site_posts_and_rebound_hosts_are_refused() {
     let v: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(v["error"]["code"], "host_not_allowed");
 }
+
+/// A client that writes its whole (too large) body before reading, as blocking HTTP
+/// libraries do, reads the 413 instead of a broken pipe: the server drains what it refuses.
+#[tokio::test]
+async fn a_blocking_client_reads_the_413_of_its_oversized_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = server().await;
+    let addr = s.endpoint.authority.clone();
+    let body = vec![b' '; 6 << 20];
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+        .write_all(&body)
+        .await
+        .expect("the whole body is taken");
+    let mut reply = vec![0u8; 4096];
+    let n = stream.read(&mut reply).await.unwrap();
+    let text = String::from_utf8_lossy(&reply[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("payload_too_large"), "{text}");
+}
