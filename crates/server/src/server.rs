@@ -2,8 +2,9 @@
 //!
 //! On the shutdown signal (SIGINT or SIGTERM in the binary; any future in tests) the
 //! listener closes at once and idle connections are closed; in-flight requests get
-//! `grace` to finish. After that [`run`] returns anyway: the runtime drops what is still
-//! running, each dropped generation cancels its requests, and the process exits 0.
+//! `grace` to finish. After that every stream still running sends its protocol's error event
+//! and terminator, and [`run`] returns: the runtime drops what is still running, each
+//! dropped generation cancels its requests, and the process exits 0.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,6 +15,9 @@ use tokio::sync::Notify;
 
 use crate::routes::app;
 use crate::state::AppState;
+
+/// How long streams cut at the end of the grace get to send their last event.
+const STREAM_FLUSH: Duration = Duration::from_millis(200);
 
 /// How long in-flight requests may run on after the shutdown signal, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -35,6 +39,7 @@ pub async fn run(
             stopping.notify_one();
         }
     };
+    let streams = state.clone();
     let server = axum::serve(listener, app(state))
         .tcp_nodelay(true)
         .with_graceful_shutdown(signal);
@@ -45,6 +50,11 @@ pub async fn run(
             tokio::time::sleep(grace).await;
         } => {
             tracing::warn!("grace period of {grace:?} over: cancelling the requests still running");
+            // Streams end with their protocol's error event; give them a moment to send it.
+            if let Ok(g) = streams.generator() {
+                g.stop_streams();
+                tokio::time::sleep(STREAM_FLUSH).await;
+            }
             Ok(())
         }
     }

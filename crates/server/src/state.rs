@@ -107,6 +107,9 @@ pub struct Generator {
     pub metrics: Arc<Metrics>,
     /// Unix seconds when the model was loaded (`created` in `/v1/models`).
     pub created: u64,
+    /// Set when the shutdown grace is over: every stream still running ends with its
+    /// protocol's error event and terminator instead of being cut mid-body.
+    stop_streams: tokio::sync::watch::Sender<bool>,
 }
 
 impl Generator {
@@ -149,6 +152,7 @@ impl Generator {
             default_max_tokens: config.default_max_tokens.max(1),
             metrics,
             created: unix_now(),
+            stop_streams: tokio::sync::watch::channel(false).0,
         })
     }
 
@@ -156,6 +160,16 @@ impl Generator {
     pub fn token_piece(&self, id: u32) -> (String, Vec<u8>) {
         let bytes = self.model.tokenizer().token_bytes_special(id).to_vec();
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    /// Ends every stream still running (the shutdown grace is over).
+    pub fn stop_streams(&self) {
+        self.stop_streams.send_replace(true);
+    }
+
+    /// What a stream watches to learn that it must end.
+    pub fn streams_stopped(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop_streams.subscribe()
     }
 
     /// Refuses a request that names another model (a request that names none is served).

@@ -65,6 +65,9 @@ pub enum ApiError {
     NotImplemented { message: String },
     #[error("the model is still loading; retry later")]
     Loading,
+    /// The server's shutdown grace ran out with this request still streaming.
+    #[error("the server is shutting down; the request was cut off")]
+    ShuttingDown,
     /// Generation started and failed (the model errored, or the worker recovered from a panic).
     #[error("generation failed: {message}")]
     GenerationFailed { message: String },
@@ -159,7 +162,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => ErrorClass::UnsupportedMediaType,
             ApiError::HostNotAllowed { .. } => ErrorClass::Forbidden,
             ApiError::NotImplemented { .. } => ErrorClass::NotImplemented,
-            ApiError::Loading => ErrorClass::Unavailable,
+            ApiError::Loading | ApiError::ShuttingDown => ErrorClass::Unavailable,
             ApiError::GenerationFailed { .. } | ApiError::Internal { .. } => ErrorClass::Internal,
         }
     }
@@ -195,6 +198,7 @@ impl ApiError {
             ApiError::HostNotAllowed { .. } => "host_not_allowed",
             ApiError::NotImplemented { .. } => "not_implemented",
             ApiError::Loading => "model_loading",
+            ApiError::ShuttingDown => "shutting_down",
             ApiError::GenerationFailed { .. } => "generation_failed",
             ApiError::Internal { .. } => "internal_error",
         }

@@ -6,7 +6,9 @@
 //! held-back tail that never became a stop string), then [`Encoder::finish`]; when every
 //! choice is done, [`Encoder::close`] (usage is complete then). A choice that fails after the
 //! headers went out calls [`Encoder::fail`] instead, and the stream ends there, since the
-//! status code can no longer change.
+//! status code can no longer change. So does a stream still running when the server's
+//! shutdown grace is over (`ApiError::ShuttingDown`): the client gets its protocol's error
+//! event and terminator, never a body cut off mid-event.
 //!
 //! The stream owns the generation: when the client goes away, hyper drops the body, which
 //! drops the stream and the generation, which cancels its requests.
@@ -51,6 +53,8 @@ struct Driver<E> {
     encoder: E,
     opened: bool,
     ended: bool,
+    /// Turns true when the server's shutdown grace is over.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<E: Encoder> Driver<E> {
@@ -64,7 +68,18 @@ impl<E: Encoder> Driver<E> {
             self.opened = true;
             return Some(enc.open(g));
         }
-        let Some(ChoiceEvent { index, event }) = g.next().await else {
+        let stop = &mut self.stop;
+        let next = tokio::select! {
+            ev = g.next() => Some(ev),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        let Some(next) = next else {
+            self.ended = true;
+            let e = ApiError::ShuttingDown;
+            e.log();
+            return Some(enc.fail(g, &e));
+        };
+        let Some(ChoiceEvent { index, event }) = next else {
             self.ended = true;
             return Some(enc.close(g));
         };
@@ -91,11 +106,13 @@ impl<E: Encoder> Driver<E> {
 
 /// The chunks `encoder` makes of `generation`, in order.
 pub fn drive<E: Encoder>(generation: Generation, encoder: E) -> impl Stream<Item = E::Chunk> {
+    let stop = generation.generator.streams_stopped();
     let driver = Driver {
         generation,
         encoder,
         opened: false,
         ended: false,
+        stop,
     };
     stream::unfold(driver, |mut d| async move {
         let chunks = d.next_chunks().await?;

@@ -154,8 +154,17 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
         waited >= grace && waited < Duration::from_secs(5),
         "{waited:?}"
     );
+    // The stream ended with OpenAI's error event and terminator, not cut mid-body.
+    let mut tail = Vec::new();
+    while let Ok(Some(data)) = events.next_data().await {
+        tail.push(data);
+    }
+    let end = &tail[tail.len().saturating_sub(2)..];
+    assert_eq!(end.last().map(String::as_str), Some("[DONE]"), "{end:?}");
+    let error: serde_json::Value = serde_json::from_str(&end[0]).unwrap();
+    assert_eq!(error["error"]["code"], "shutting_down", "{end:?}");
     server_rt.shutdown_background();
-    // The client is still connected, but its request is cancelled.
+    // Its request is cancelled.
     let status = || state.generator().unwrap().scheduler.status();
     let deadline = Instant::now() + Duration::from_secs(5);
     while status().running > 0 && Instant::now() < deadline {
