@@ -34,7 +34,8 @@ enum Cmd {
     Tokenize(inspect::TokenizeArgs),
     /// Generate a raw completion for a prompt.
     Run(run::RunArgs),
-    /// Serve the model over HTTP (OpenAI-compatible).
+    /// Serve the model over HTTP: OpenAI (chat, completions, responses), Anthropic messages,
+    /// llama.cpp native routes.
     Serve(serve::ServeArgs),
     /// Measure prefill, decode and batched decode throughput; `bench serve` load-tests a server.
     Bench(BenchCmd),
