@@ -20,13 +20,7 @@ OUT=${OUT:-$(mktemp -d)}
 SCHEMA=scripts/bench-schema.json
 
 build_ferrox
-"$FERROX" serve -t "$THREADS" --host 127.0.0.1 --port "$PORT" >"$OUT/server.log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-    sleep 0.5
-done
+serve_ferrox "$PORT" "$THREADS" "$OUT/server.log"
 
 run() { # name, extra args...
     local name=$1
@@ -58,6 +52,6 @@ print(f"unconstrained: {statistics.median(tps(free)):.1f} tok/s ({free[0]['outpu
 print(f"constrained:   {statistics.median(tps(con)):.1f} tok/s ({con[0]['output_tokens']} tokens a wave)")
 print(f"ratio (median of rounds): {statistics.median(ratios):.3f}  ({' '.join(f'{r:.2f}' for r in ratios)})")
 PY
-kill "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
+kill "$FERROX_PID" 2>/dev/null || true
+wait "$FERROX_PID" 2>/dev/null || true
 "$FERROX" bench grammar --schema "$SCHEMA"

@@ -22,13 +22,7 @@ OUT=${OUT:-$(mktemp -d)}
 read -ra ROUTES <<<"${ROUTES:-chat messages responses completions completion}"
 
 build_ferrox
-"$FERROX" serve -t "$THREADS" --host 127.0.0.1 --port "$PORT" >"$OUT/server.log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-    sleep 0.5
-done
+serve_ferrox "$PORT" "$THREADS" "$OUT/server.log"
 
 # One discarded pass first: the server's first full batches touch fresh KV and activation
 # memory and run slower, whichever route they come through.

@@ -43,3 +43,17 @@ build_ferrox() {
     FERROX=${FERROX_BIN:-target/release/ferrox}
     [ -f "$MODEL" ] || "$FERROX" pull
 }
+
+# Starts `ferrox serve -t THREADS` on 127.0.0.1:PORT (logging to LOG), waits for /health and
+# stops it when the script exits; sets FERROX_PID.  Usage: serve_ferrox PORT THREADS LOG
+serve_ferrox() {
+    "$FERROX" serve -t "$2" --host 127.0.0.1 --port "$1" >"$3" 2>&1 &
+    FERROX_PID=$!
+    trap 'kill "$FERROX_PID" 2>/dev/null || true' EXIT
+    for _ in $(seq 1 240); do
+        curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0
+        sleep 0.5
+    done
+    echo "ferrox serve did not become healthy; its log: $3" >&2
+    return 1
+}

@@ -118,7 +118,7 @@ impl BenchServeArgs {
         }
     }
 
-    /// The `--schema` file's JSON (`check` made sure it reads).
+    /// The `--schema` file's JSON (`check` made sure it reads); read once per run.
     pub fn schema_value(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.schema.as_ref()?).ok()?;
         serde_json::from_str(&text).ok()
@@ -207,7 +207,9 @@ pub fn bench_serve(args: BenchServeArgs) -> Result<(), String> {
         // Warm-up: one short request on the scenario's route, which also checks that the
         // server is there.
         let warm = match args.scenario {
-            Scenario::Load => completion_request(&args, "Warm up.".into(), 8),
+            Scenario::Load => {
+                completion_request(&args, "Warm up.".into(), 8, args.schema_value().as_ref())
+            }
             _ => bench_reuse::chat_request(&args, bench_reuse::warm_up_messages(), 8),
         };
         stream_within(&endpoint, warm, args.timeout())
@@ -223,9 +225,10 @@ pub fn bench_serve(args: BenchServeArgs) -> Result<(), String> {
 
 /// The default scenario: unique completions, level by level.
 async fn load(endpoint: &Endpoint, args: &BenchServeArgs) -> Result<(), String> {
+    let schema = args.schema_value();
     let reports = run_levels(endpoint, args, |n, round, i| {
         let prompt = unique_prompt(n, round, i, args.prompt_words);
-        completion_request(args, prompt, args.max_tokens())
+        completion_request(args, prompt, args.max_tokens(), schema.as_ref())
     })
     .await;
     if args.json {
@@ -347,18 +350,19 @@ impl WordRng {
     }
 }
 
-/// The load's request: `prompt` as the user's text, through the chosen route.
-fn completion_request(args: &BenchServeArgs, prompt: String, max_tokens: usize) -> Request {
+/// The load's request: `prompt` as the user's text, through the chosen route, constrained
+/// to `schema` (`--schema`, read once per run) if given.
+fn completion_request(
+    args: &BenchServeArgs,
+    prompt: String,
+    max_tokens: usize,
+    schema: Option<&Value>,
+) -> Request {
     let route = args.route();
     let messages = [json!({"role": "user", "content": prompt})];
     Request {
         route,
-        body: route.body(
-            &messages,
-            max_tokens,
-            args.model.as_deref(),
-            args.schema_value().as_ref(),
-        ),
+        body: route.body(&messages, max_tokens, args.model.as_deref(), schema),
     }
 }
 

@@ -58,15 +58,7 @@ pub struct MessagesRequest {
 /// A `/v1/messages` body.
 pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
-    f.refuse_unsupported(UNSUPPORTED)?;
-    for name in NO_EFFECT {
-        f.accept(name);
-    }
-    let tools = parse_tools(&mut f)?;
-    let mut messages = conversation(&mut f, tools.as_ref())?;
-    if let Some(t) = &tools {
-        t.describe_in(&mut messages);
-    }
+    let (messages, tools) = prompt(&mut f)?;
     let max_tokens = f
         .max_tokens("max_tokens")?
         .ok_or_else(|| ApiError::MissingParameter {
@@ -100,18 +92,25 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
 /// A `/v1/messages/count_tokens` body: the prompt part of a Messages body.
 pub fn parse_count_tokens(body: Value) -> Result<(Option<String>, Vec<ChatMessage>), ApiError> {
     let mut f = Fields::from_body(body)?;
+    let (messages, _) = prompt(&mut f)?;
+    let model = f.take("model")?;
+    f.finish()?;
+    Ok((model, messages))
+}
+
+/// What a Messages body and a count_tokens body share: the refused and the no-effect
+/// parameters, the tools, and the conversation with the tools described in its system turn.
+fn prompt(f: &mut Fields) -> Result<(Vec<ChatMessage>, Option<Tools>), ApiError> {
     f.refuse_unsupported(UNSUPPORTED)?;
     for name in NO_EFFECT {
         f.accept(name);
     }
-    let tools = parse_tools(&mut f)?;
-    let mut messages = conversation(&mut f, tools.as_ref())?;
+    let tools = parse_tools(f)?;
+    let mut messages = conversation(f, tools.as_ref())?;
     if let Some(t) = &tools {
         t.describe_in(&mut messages);
     }
-    let model = f.take("model")?;
-    f.finish()?;
-    Ok((model, messages))
+    Ok((messages, tools))
 }
 
 /// `system` and `messages`, as chat messages with alternating turns.

@@ -38,6 +38,7 @@ use super::parse::{cache_salt, json_schema_fields, message_fields, user};
 use super::random_id;
 use super::responses_stream::Events;
 use super::store::{ResponseStore, Stored};
+use super::tool_calls::tool_choice;
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, RequestUsage};
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
@@ -207,30 +208,7 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             });
         }
     }
-    let choice = match f.take_raw("tool_choice") {
-        None if tools.is_empty() => ToolChoice::None,
-        None => ToolChoice::Auto,
-        Some(Value::String(c)) => match c.as_str() {
-            "none" => ToolChoice::None,
-            "auto" => ToolChoice::Auto,
-            "required" => ToolChoice::Required,
-            other => {
-                return Err(ApiError::invalid(
-                    "tool_choice",
-                    format!("{other:?} is not one of \"none\", \"auto\", \"required\""),
-                ))
-            }
-        },
-        Some(v) => {
-            let mut c = Fields::nested(v, "tool_choice")?;
-            if c.require::<String>("type")? != "function" {
-                return Err(ApiError::invalid(c.path("type"), "must be \"function\""));
-            }
-            let name: String = c.require("name")?;
-            c.finish()?;
-            ToolChoice::Named(name)
-        }
-    };
+    let choice = tool_choice(f, !tools.is_empty(), |c| c.require("name"))?;
     Tools::checked(tools, choice, "tool_choice")
 }
 

@@ -31,9 +31,31 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             ))
         }
     };
-    let choice = match f.take_raw("tool_choice") {
-        None if tools.is_empty() => ToolChoice::None,
-        None => ToolChoice::Auto,
+    let choice = tool_choice(f, !tools.is_empty(), |c| {
+        let func = c
+            .take_raw("function")
+            .ok_or_else(|| ApiError::MissingParameter {
+                param: "tool_choice.function".into(),
+            })?;
+        let mut fc = Fields::nested(func, "tool_choice.function")?;
+        let name: String = fc.require("name")?;
+        fc.finish()?;
+        Ok(name)
+    })?;
+    Tools::checked(tools, choice, "tool_choice")
+}
+
+/// OpenAI's `tool_choice` (chat and the Responses API): `none`, `auto` (the default with
+/// tools), `required`, or `{"type": "function", ...}` whose name `named` reads — under
+/// `function.name` on chat, beside the type on Responses.
+pub fn tool_choice(
+    f: &mut Fields,
+    has_tools: bool,
+    named: impl FnOnce(&mut Fields) -> Result<String, ApiError>,
+) -> Result<ToolChoice, ApiError> {
+    Ok(match f.take_raw("tool_choice") {
+        None if has_tools => ToolChoice::Auto,
+        None => ToolChoice::None,
         Some(Value::String(s)) => match s.as_str() {
             "none" => ToolChoice::None,
             "auto" => ToolChoice::Auto,
@@ -42,30 +64,22 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
                 return Err(ApiError::invalid(
                     "tool_choice",
                     format!(
-                    "{other:?} is not one of \"none\", \"auto\", \"required\" or a named function"
-                ),
+                        "{other:?} is not one of \"none\", \"auto\", \"required\" or a named \
+                         function"
+                    ),
                 ))
             }
         },
         Some(v) => {
             let mut c = Fields::nested(v, "tool_choice")?;
-            let ty: String = c.require("type")?;
-            if ty != "function" {
+            if c.require::<String>("type")? != "function" {
                 return Err(ApiError::invalid(c.path("type"), "must be \"function\""));
             }
-            let func = c
-                .take_raw("function")
-                .ok_or_else(|| ApiError::MissingParameter {
-                    param: "tool_choice.function".into(),
-                })?;
-            let mut fc = Fields::nested(func, "tool_choice.function")?;
-            let name: String = fc.require("name")?;
-            fc.finish()?;
+            let name = named(&mut c)?;
             c.finish()?;
             ToolChoice::Named(name)
         }
-    };
-    Tools::checked(tools, choice, "tool_choice")
+    })
 }
 
 fn tool(value: Value, path: &str) -> Result<Tool, ApiError> {
