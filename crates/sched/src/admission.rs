@@ -159,7 +159,8 @@ impl Limits {
     }
 
     /// Checks everything that does not depend on the current load (refusals 1–3 of the
-    /// module docs, in that order) and returns the blocks the request will lease.
+    /// module docs, in that order) and returns the blocks of the request's whole table
+    /// (prompt + `max_tokens`), the most it can ever hold.
     pub fn check(&self, req: &GenerationRequest) -> Result<usize, Refusal> {
         if req.prompt_ids.is_empty() {
             return Err(InvalidRequest::EmptyPrompt.into());

@@ -1,10 +1,11 @@
 //! The KV block pool: leases, reference counts, and the prefix cache's index of named blocks.
 //!
 //! Admission is integer arithmetic on blocks: a block is `kv_block_size` token positions of K
-//! and V for every layer, and a request's lease covers `ceil((prompt + max_tokens) /
-//! block_size)` blocks for its whole life, so a running request can never run out of KV
-//! mid-generation. Some of those blocks may be *shared*: a full block whose content name
-//! ([`crate::prefix`]) another request already computed is attached instead of computed.
+//! and V for every layer. A request's lease covers the tokens it holds when it is admitted
+//! (its prompt) and grows a block at a time as it generates ([`KvLease::grow`]); when the pool
+//! has none left, the worker preempts a row and its lease gives everything back
+//! ([`KvLease::clear`]). Some of a lease's blocks may be *shared*: a full block whose content
+//! name ([`crate::prefix`]) another request already computed is attached instead of computed.
 //!
 //! Every block is in exactly one of three states:
 //! - **free**: held by no lease, holds nothing reusable;
@@ -146,15 +147,27 @@ impl BlockPool {
     /// `fresh` new blocks, or says how many are available. Exact: the shared blocks cost
     /// nothing except that an unreferenced one stops being available to others.
     pub fn lease(&self, shared: &[BlockId], fresh: usize) -> Result<KvLease, NotEnoughBlocks> {
+        self.lease_leaving(shared, fresh, 0)
+    }
+
+    /// [`Self::lease`], but only if `spare` blocks stay available afterwards (the worker
+    /// keeps one for every running row, so admitting a request never forces a preemption on
+    /// the very next step).
+    pub fn lease_leaving(
+        &self,
+        shared: &[BlockId],
+        fresh: usize,
+        spare: usize,
+    ) -> Result<KvLease, NotEnoughBlocks> {
         let mut state = lock(&self.inner);
         let idle_shared = shared
             .iter()
             .filter(|&&b| state.refs[b as usize] == 0)
             .count();
         let available_blocks = state.available() - idle_shared;
-        if fresh > available_blocks {
+        if fresh + spare > available_blocks {
             return Err(NotEnoughBlocks {
-                requested_blocks: fresh,
+                requested_blocks: fresh + spare,
                 available_blocks,
             });
         }
@@ -345,6 +358,33 @@ impl KvLease {
         &self.blocks
     }
 
+    /// Adds one fresh block at the end of the table (the row's next position starts a new
+    /// block), or says that none is available: then the caller preempts someone.
+    pub fn grow(&mut self) -> Result<(), NotEnoughBlocks> {
+        let mut state = lock(&self.pool);
+        if state.available() == 0 {
+            return Err(NotEnoughBlocks {
+                requested_blocks: 1,
+                available_blocks: 0,
+            });
+        }
+        let b = state.take_fresh();
+        self.blocks.push(b);
+        let used = state.referenced();
+        state.peak_used_blocks = state.peak_used_blocks.max(used);
+        Ok(())
+    }
+
+    /// Gives every block back (last to first, so a chain's tail becomes evictable before its
+    /// head) and leaves an empty table: a preempted row keeps its lease object, not its KV.
+    pub fn clear(&mut self) {
+        let mut state = lock(&self.pool);
+        for &b in self.blocks.iter().rev() {
+            state.release(b);
+        }
+        self.blocks.clear();
+    }
+
     /// Names table entry `i`, which the holder has just finished computing — all of it, or
     /// (a tail, as the holder ends) its first `tokens.len()` positions — and files it under
     /// `parent` with its tokens, so later requests can find it. If another block already
@@ -398,11 +438,7 @@ impl KvLease {
 
 impl Drop for KvLease {
     fn drop(&mut self) {
-        let mut state = lock(&self.pool);
-        // Last to first: a chain's tail becomes evictable before its head.
-        for &b in self.blocks.iter().rev() {
-            state.release(b);
-        }
+        self.clear();
     }
 }
 
@@ -503,6 +539,30 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_grows_into_cached_blocks_and_clears_tail_first() {
+        let pool = BlockPool::new(3, true);
+        let mut a = pool.lease(&[], 2).unwrap();
+        a.publish(0, 10, 0, &[1]);
+        a.publish(1, 11, 10, &[2]);
+        a.clear();
+        assert!(a.blocks().is_empty());
+        let mut b = pool.lease(&[], 1).unwrap(); // the free block
+        b.grow().unwrap(); // reclaims the tail of the cleared chain, not its head
+        assert_eq!(pool.lookup(&[10, 11]).len(), 1);
+        b.grow().unwrap();
+        assert_eq!(
+            b.grow().unwrap_err(),
+            NotEnoughBlocks {
+                requested_blocks: 1,
+                available_blocks: 0
+            }
+        );
+        assert_eq!((b.blocks().len(), pool.stats().peak_used), (3, 3));
+        drop(b);
+        assert_eq!(pool.audit().unwrap().free, 3);
+    }
+
+    #[test]
     fn caching_off_names_nothing() {
         let pool = BlockPool::new(2, false);
         let mut a = pool.lease(&[], 1).unwrap();
@@ -512,7 +572,8 @@ mod tests {
         assert_eq!(pool.audit().unwrap().free, 2);
     }
 
-    /// 100k random rounds of lease (with hits from random chains), publish, attach and drop:
+    /// 100k random rounds of lease (with hits from random chains), grow, clear, publish,
+    /// attach and drop:
     /// every invariant holds after each, no two leases write one block, and at the end every
     /// block is free or cached with no reference left.
     #[test]
@@ -524,10 +585,20 @@ mod tests {
         let name = |c: u128, j: usize| c << 32 | j as u128;
         let mut held: Vec<(KvLease, u128)> = Vec::new();
         for _ in 0..100_000 {
-            match rng.gen_range(0..4) {
+            match rng.gen_range(0..6) {
                 0 if !held.is_empty() => {
                     let i = rng.gen_range(0..held.len());
                     held.swap_remove(i);
+                }
+                4 if !held.is_empty() => {
+                    let i = rng.gen_range(0..held.len());
+                    let before = held[i].0.blocks().len();
+                    let grown = held[i].0.grow().is_ok();
+                    assert_eq!(held[i].0.blocks().len(), before + grown as usize);
+                }
+                5 if !held.is_empty() && rng.gen_bool(0.3) => {
+                    let i = rng.gen_range(0..held.len());
+                    held[i].0.clear();
                 }
                 1 if !held.is_empty() => {
                     let i = rng.gen_range(0..held.len());

@@ -124,7 +124,7 @@ impl SchedulerHandle {
         if !inner.shared.healthy.load(Ordering::Acquire) {
             return Err(refuse(Refusal::WorkerGone));
         }
-        let blocks_needed = inner.limits.check(&request).map_err(refuse)?;
+        inner.limits.check(&request).map_err(refuse)?;
         let slot = inner.slots.acquire().map_err(refuse)?;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let prompt_tokens = request.prompt_ids.len();
@@ -146,7 +146,6 @@ impl SchedulerHandle {
         let pending = Pending {
             id,
             request,
-            blocks_needed,
             root,
             chain,
             events,

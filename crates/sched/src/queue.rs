@@ -71,8 +71,6 @@ impl Drop for QueueSlot {
 pub(crate) struct Pending {
     pub(crate) id: RequestId,
     pub(crate) request: GenerationRequest,
-    /// KV blocks it will lease at admission (from `Limits::blocks_for`).
-    pub(crate) blocks_needed: usize,
     /// The root of its prompt's block chain and the names of the prompt's full blocks
     /// ([`crate::prefix`]), computed on the submitter's thread; empty with caching off.
     pub(crate) root: BlockHash,
@@ -150,7 +148,6 @@ mod tests {
             q.push(Pending {
                 id,
                 request: GenerationRequest::greedy(vec![1], 1),
-                blocks_needed: 1,
                 root: 0,
                 chain: Vec::new(),
                 events: tx.clone(),

@@ -17,6 +17,17 @@
 //! name, so the next request that starts with the same tokens (the next turn of a
 //! conversation, another choice of the same prompt) can attach it. A prefilling row may also
 //! attach blocks later ([`Row::attach_cached`]), when a row ahead of it has just computed them.
+//!
+//! A row's lease holds blocks for the tokens it holds and grows by one as decoding crosses a
+//! block boundary ([`Row::grow`]). When the pool runs dry the worker may *preempt* a row
+//! ([`Row::preempt`]): its blocks go back (the full ones stay cached, its last partial one as
+//! a tail), `computed` drops to 0, and everything else — tokens, sampler state, stop matcher,
+//! constraint state, text sent — stays in the row. Resumed, the row is a prefilling row again
+//! whose "prompt" is every token it holds: it attaches what is still cached, recomputes the
+//! rest in chunks (the same bits a decode step would write: chunking is not numerical), and the
+//! chunk that reaches its last token brings the logits its next draw needs. So a preempted
+//! request continues with exactly the tokens it would have drawn, and the client sees nothing
+//! but a pause.
 
 use std::cell::RefCell;
 
@@ -35,6 +46,9 @@ use crate::stop::StopMatcher;
 #[derive(Debug)]
 pub(crate) struct Row {
     pub(crate) id: RequestId,
+    /// Admission order (the worker's counter): preemption takes the highest, resumption
+    /// the lowest.
+    pub(crate) seq: u64,
     /// Prompt, then every sampled token.
     tokens: Vec<u32>,
     prompt_tokens: usize,
@@ -53,8 +67,11 @@ pub(crate) struct Row {
     constraint: Option<RowConstraint>,
     /// Blocks `0..published` are attached from the cache or published to it.
     published: usize,
-    /// Prompt tokens attached from the cache instead of computed.
+    /// Prompt tokens attached from the cache instead of computed, before any preemption
+    /// (what a resumed row attaches again is its own work, not a cache hit to report).
     cached_tokens: usize,
+    /// Preempted at least once.
+    resumed: bool,
     max_tokens: usize,
     logprobs: Option<usize>,
     sampler: Sampler,
@@ -104,11 +121,11 @@ impl Row {
         block_size: usize,
         hasher: Option<BlockHasher>,
         vocab_size: usize,
+        seq: u64,
     ) -> Self {
         let Pending {
             id,
             request,
-            blocks_needed: _,
             root,
             chain,
             events,
@@ -124,6 +141,7 @@ impl Row {
         tokens.reserve(request.max_tokens);
         Self {
             id,
+            seq,
             tokens,
             prompt_tokens,
             computed: attached * block_size,
@@ -135,6 +153,7 @@ impl Row {
             reuse,
             constraint,
             cached_tokens: attached * block_size,
+            resumed: false,
             max_tokens: request.max_tokens,
             logprobs: request.logprobs,
             sampler: Sampler::new(request.sampling),
@@ -151,6 +170,20 @@ impl Row {
         prompt_tokens.saturating_sub(1) / block_size
     }
 
+    /// The names of the leading blocks this row could attach from the cache when it is
+    /// placed (admitted or resumed): every full block before its last token, or none when it
+    /// does not reuse cached KV.
+    pub(crate) fn attachable_chain(&self) -> Option<&[BlockHash]> {
+        let n = Self::attachable_blocks(self.tokens.len(), self.block_size).min(self.chain.len());
+        (self.reuse && self.hasher.is_some()).then(|| &self.chain[..n])
+    }
+
+    /// Tokens the row holds (prompt and generated): a resumed row needs blocks for all of
+    /// them.
+    pub(crate) fn held_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
     /// The index of the block the row computes next, when caching is on and the row stands
     /// at its start: only then can the cache supply (part of) it.
     fn at_block_start(&self) -> Option<usize> {
@@ -162,8 +195,9 @@ impl Row {
     /// index and name. `None` once the rest of the prompt must be computed.
     pub(crate) fn next_attachable(&self) -> Option<(usize, BlockHash)> {
         let b = self.at_block_start()?;
-        (b < Self::attachable_blocks(self.prompt_tokens, self.block_size))
-            .then(|| (b, self.chain[b]))
+        (b < Self::attachable_blocks(self.tokens.len(), self.block_size))
+            .then(|| self.chain.get(b).map(|&name| (b, name)))
+            .flatten()
     }
 
     /// Attaches every next prompt block that is cached now (a row ahead of this one may have
@@ -178,16 +212,16 @@ impl Row {
             self.computed += self.block_size;
             self.published = b + 1;
         }
-        self.cached_tokens += self.computed - before;
+        self.count_cached(self.computed - before);
         self.computed - before
     }
 
     /// Where a copy of cached positions could go: at a block boundary of the prompt, the
     /// row's own next block, the name it hangs from, and the tokens that could be copied
-    /// (up to a block, short of the last prompt token).
+    /// (up to a block, short of the last token held).
     pub(crate) fn copy_target(&self) -> Option<(BlockId, BlockHash, &[u32])> {
         let b = self.at_block_start()?;
-        let upto = (self.computed + self.block_size).min(self.prompt_tokens.saturating_sub(1));
+        let upto = (self.computed + self.block_size).min(self.tokens.len().saturating_sub(1));
         (upto > self.computed).then(|| {
             let to = self.lease.blocks()[b];
             (to, self.parent(b), &self.tokens[self.computed..upto])
@@ -200,7 +234,13 @@ impl Row {
             .lease
             .writable(self.computed / self.block_size..self.computed / self.block_size + 1));
         self.computed += n;
-        self.cached_tokens += n;
+        self.count_cached(n);
+    }
+
+    fn count_cached(&mut self, n: usize) {
+        if !self.resumed {
+            self.cached_tokens += n;
+        }
     }
 
     /// Whether this prefilling row's next block is one `other` (a row admitted earlier, also
@@ -215,14 +255,42 @@ impl Row {
             && other.computed < (b + 1) * other.block_size
     }
 
-    /// Still computing its prompt.
+    /// Still computing its prompt (or, resumed after a preemption, the tokens it held).
     pub(crate) fn is_prefilling(&self) -> bool {
-        self.computed < self.prompt_tokens
+        !self.is_decoding()
     }
 
-    /// Has sampled a token that is not yet in the KV: the next step decodes it.
+    /// Has sampled a token, and every token before it is in the KV: the next step decodes it.
     pub(crate) fn is_decoding(&self) -> bool {
-        !self.is_prefilling() && self.computed + 1 == self.tokens.len()
+        self.tokens.len() > self.prompt_tokens && self.computed + 1 == self.tokens.len()
+    }
+
+    /// A decoding row whose next position starts a block its table does not have yet.
+    pub(crate) fn needs_block(&self) -> bool {
+        self.is_decoding() && self.computed / self.block_size >= self.lease.blocks().len()
+    }
+
+    /// Leases the block [`Self::needs_block`] asks for, if the pool has one.
+    pub(crate) fn grow(&mut self) -> Result<(), crate::blocks::NotEnoughBlocks> {
+        self.lease.grow()
+    }
+
+    /// Gives every block back and forgets the KV, keeping everything else (module docs):
+    /// its full blocks stay cached, its partial last block as a tail, for its own resumption.
+    pub(crate) fn preempt(&mut self) {
+        self.keep_tail();
+        self.lease.clear();
+        self.computed = 0;
+        self.published = 0;
+        self.resumed = true;
+    }
+
+    /// Places a preempted row on a new lease, the first `attached` blocks of which came from
+    /// the cache.
+    pub(crate) fn resume(&mut self, lease: KvLease, attached: usize) {
+        self.lease = lease;
+        self.computed = attached * self.block_size;
+        self.published = attached;
     }
 
     /// The next uncomputed tokens, at most `limit` of them; logits are wanted when the chunk

@@ -24,6 +24,10 @@ pub struct SchedulerStatus {
     pub prefilling: usize,
     /// Requests holding a queue slot (submitted, not yet admitted).
     pub queued: usize,
+    /// Rows preempted for KV blocks, waiting to resume.
+    pub preempted: usize,
+    /// Preemptions so far (a row preempted twice counts twice).
+    pub preemptions: u64,
     pub blocks_total: usize,
     /// Blocks no request holds: free ones and cached ones that can be reclaimed.
     pub blocks_free: usize,
@@ -72,6 +76,8 @@ pub struct FinishCounts {
 pub(crate) struct WorkerStats {
     pub(crate) running: usize,
     pub(crate) prefilling: usize,
+    pub(crate) preempted: usize,
+    pub(crate) preemptions: u64,
     pub(crate) blocks_total: usize,
     pub(crate) blocks_free: usize,
     pub(crate) blocks_cached: usize,
@@ -125,6 +131,8 @@ impl Shared {
             running: w.running,
             prefilling: w.prefilling,
             queued,
+            preempted: w.preempted,
+            preemptions: w.preemptions,
             blocks_total: w.blocks_total,
             blocks_free: w.blocks_free,
             blocks_cached: w.blocks_cached,

@@ -6,17 +6,22 @@
 //! 1. **drain the inbox**: new requests join the queue, cancels are honoured wherever the
 //!    request is (queued: removed; in the batch: retired) before anything else runs, so a
 //!    cancelled prompt never gets another chunk;
-//! 2. **admit** from the front of the queue while a row is free (`max_seqs`) and the front
-//!    request's blocks can be leased — the longest cached run of its prompt's full blocks is
-//!    attached, the rest leased fresh; stop at the first that cannot (strict FIFO);
-//! 3. **plan**: every decoding row contributes its one new token; ONE prompt chunk of at most
+//! 2. **admit** while a row is free (`max_seqs`): first the preempted rows, oldest first, then
+//!    the front of the queue, each when the blocks for the tokens it holds can be leased with
+//!    one block left over for every row already running — the longest cached run of its full
+//!    blocks is attached, the rest leased fresh; stop at the first that cannot (strict FIFO);
+//! 3. **grow**: a decoding row whose next position starts a new block leases one; when the
+//!    pool has none, the most recently admitted row is preempted (its blocks go back, it waits
+//!    to resume, it loses nothing) until the growing row fits — never an older row, so the
+//!    oldest always runs and FIFO's no-starvation guarantee survives;
+//! 4. **plan**: every decoding row contributes its one new token; ONE prompt chunk of at most
 //!    `prefill_chunk_tokens` comes from one prefilling row (the oldest, or round-robin), which
 //!    first attaches any of its next prompt blocks that are cached by now; a row whose next
 //!    block an older row is computing waits for it instead of computing it too;
-//! 4. **forward**: one model call carries the decode rows and the prompt chunk together;
-//! 5. **sample, stop, deliver**: each row that got logits samples with its own sampler, runs
+//! 5. **forward**: one model call carries the decode rows and the prompt chunk together;
+//! 6. **sample, stop, deliver**: each row that got logits samples with its own sampler, runs
 //!    its stop matcher and sends its token;
-//! 6. **retire** finished rows through [`Worker::retire`], the one exit, which sends `Done` and
+//! 7. **retire** finished rows through [`Worker::retire`], the one exit, which sends `Done` and
 //!    drops the row with its KV lease.
 //!
 //! Only a worker with no rows and no queue blocks on the inbox. A panic anywhere in a tick is
@@ -26,7 +31,7 @@
 //! read).
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -35,10 +40,10 @@ use std::time::Instant;
 use ferrox_engine::kv::SeqChunk;
 
 use crate::admission::Limits;
-use crate::blocks::BlockPool;
+use crate::blocks::{BlockPool, KvLease};
 use crate::config::{PrefillOrder, SchedulerConfig};
 use crate::model::StepModel;
-use crate::prefix::BlockHasher;
+use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::{Pending, WaitQueue};
 use crate::request::{FinishReason, RequestId};
 use crate::row::{finish_pending, Finish, Row, Sampled};
@@ -85,9 +90,14 @@ pub(crate) struct Worker<M: StepModel> {
     queue: WaitQueue,
     /// The batch, keyed by request id.
     rows: HashMap<RequestId, Row>,
-    /// Row ids in admission order: decode rows are planned in this order, and prefill
-    /// round-robin walks it.
+    /// Row ids in admission order (ascending `seq`): decode rows are planned in this order,
+    /// prefill round-robin walks it, and preemption takes from its end.
     order: Vec<RequestId>,
+    /// Preempted rows waiting to resume, by admission order; they resume before anything
+    /// new is admitted.
+    parked: BTreeMap<u64, Row>,
+    /// The next row's admission number.
+    next_seq: u64,
     /// The row that got the last prompt chunk; with round-robin, the next chunk goes to the
     /// next prefilling row after it in `order`.
     last_prefilled: Option<RequestId>,
@@ -126,6 +136,8 @@ impl<M: StepModel> Worker<M> {
             queue: WaitQueue::default(),
             rows: HashMap::new(),
             order: Vec::new(),
+            parked: BTreeMap::new(),
+            next_seq: 0,
             last_prefilled: None,
             stats,
             shared,
@@ -154,7 +166,7 @@ impl<M: StepModel> Worker<M> {
 
     fn serve(&mut self, inbox: &Receiver<Command>) {
         loop {
-            if self.rows.is_empty() && self.queue.is_empty() {
+            if self.rows.is_empty() && self.parked.is_empty() && self.queue.is_empty() {
                 self.publish();
                 match inbox.recv() {
                     Ok(cmd) => self.accept(cmd),
@@ -180,7 +192,7 @@ impl<M: StepModel> Worker<M> {
 
     /// Honours a cancel wherever the request is; an unknown id (already finished) is ignored.
     fn cancel(&mut self, id: RequestId) {
-        if self.rows.contains_key(&id) {
+        if self.rows.contains_key(&id) || self.parked.values().any(|r| r.id == id) {
             self.retire(id, Finish::new(FinishReason::Cancelled));
         } else if let Some(p) = self.queue.remove(id) {
             self.stats.finished.cancelled += 1;
@@ -188,43 +200,111 @@ impl<M: StepModel> Worker<M> {
         }
     }
 
-    /// Strict FIFO: admits from the front while the front fits, stops at the first that
-    /// does not. The front's longest cached run of full prompt blocks is attached (they cost
-    /// it no new block), the rest of its blocks are leased fresh. A refused-at-submit request
-    /// never gets here, so on an empty batch the front always fits and an idle worker never
-    /// spins.
+    /// Strict FIFO: resumes preempted rows (oldest first), then admits from the front of the
+    /// queue, while the next one fits; stops at the first that does not. Each is placed on
+    /// the blocks for the tokens it holds, its longest cached run of full blocks attached
+    /// (they cost it no new block), with one block left available for every row already in
+    /// the batch, so that placing it never forces a preemption on the next step. On an empty
+    /// batch the next one always fits (a refused-at-submit request never gets here), so an
+    /// idle worker never spins.
     fn admit(&mut self) {
-        let block_size = self.limits.block_size_tokens;
         while self.rows.len() < self.limits.max_seqs {
+            if let Some((&seq, row)) = self.parked.first_key_value() {
+                let looked_up = row.attachable_chain().is_some();
+                let Some((lease, attached)) = self.place(row.attachable_chain(), row.held_tokens())
+                else {
+                    return;
+                };
+                let mut row = self.parked.remove(&seq).expect("the row was just seen");
+                self.count_lookup(looked_up, row.held_tokens(), attached);
+                row.resume(lease, attached);
+                let at = self.order.partition_point(|o| self.rows[o].seq < row.seq);
+                self.order.insert(at, row.id);
+                self.rows.insert(row.id, row);
+                continue;
+            }
             let Some(front) = self.queue.front() else {
                 return;
             };
             let prompt_tokens = front.request.prompt_ids.len();
-            let attachable = match front.request.reuse_cached_prompt {
-                true => Row::attachable_blocks(prompt_tokens, block_size).min(front.chain.len()),
-                false => 0,
-            };
-            let hits = self.pool.lookup(&front.chain[..attachable]);
-            let Ok(lease) = self.pool.lease(&hits, front.blocks_needed - hits.len()) else {
+            let chain = front.request.reuse_cached_prompt.then(|| {
+                let n = Row::attachable_blocks(prompt_tokens, self.limits.block_size_tokens);
+                &front.chain[..n.min(front.chain.len())]
+            });
+            let looked_up = chain.is_some();
+            let Some((lease, attached)) = self.place(chain, prompt_tokens) else {
                 return;
             };
+            self.count_lookup(looked_up, prompt_tokens, attached);
             let pending = self.queue.pop_front().expect("front was just seen");
-            if self.hasher.is_some() && pending.request.reuse_cached_prompt {
-                self.stats.prefix_cache_queries += prompt_tokens as u64;
-                self.stats.prefix_cache_hits += (hits.len() * block_size) as u64;
-            }
             let row = Row::admit(
                 pending,
                 lease,
-                hits.len(),
-                block_size,
+                attached,
+                self.limits.block_size_tokens,
                 self.hasher.clone(),
                 self.limits.vocab_size,
+                self.next_seq,
             );
+            self.next_seq += 1;
             self.order.push(row.id);
             self.rows.insert(row.id, row);
             self.stats.requests_admitted += 1;
         }
+    }
+
+    /// The lease for a row holding `tokens` whose leading full blocks are named `chain`
+    /// (`None`: it takes nothing from the cache), and how many of them were attached; `None`
+    /// when it does not fit beside the running rows yet.
+    fn place(&self, chain: Option<&[BlockHash]>, tokens: usize) -> Option<(KvLease, usize)> {
+        let hits = match (chain, &self.hasher) {
+            (Some(chain), Some(_)) => self.pool.lookup(chain),
+            _ => Vec::new(),
+        };
+        let fresh = self.limits.blocks_for(tokens) - hits.len();
+        let lease = self
+            .pool
+            .lease_leaving(&hits, fresh, self.rows.len())
+            .ok()?;
+        Some((lease, hits.len()))
+    }
+
+    /// Counts a placed row's prefix-cache lookup: `tokens` queried, `attached` blocks hit.
+    fn count_lookup(&mut self, looked_up: bool, tokens: usize, attached: usize) {
+        if looked_up && self.hasher.is_some() {
+            self.stats.prefix_cache_queries += tokens as u64;
+            self.stats.prefix_cache_hits += (attached * self.limits.block_size_tokens) as u64;
+        }
+    }
+
+    /// Gives every decoding row that has reached the end of its block table one more block,
+    /// oldest row first. When the pool has none, preempts the most recently admitted row and
+    /// tries again, until the block is found or the growing row is itself the one preempted.
+    /// The oldest row therefore always gets its block: with every younger row preempted, all
+    /// the blocks it does not hold are available, and its whole table fits the pool (or it
+    /// would have been refused at submit).
+    fn grow(&mut self) {
+        for id in self.order.clone() {
+            while let Some(row) = self.rows.get_mut(&id) {
+                if !row.needs_block() || row.grow().is_ok() {
+                    break;
+                }
+                let newest = *self.order.last().expect("the growing row is in the batch");
+                self.preempt(newest);
+            }
+        }
+    }
+
+    /// Takes row `id` out of the batch to wait for blocks ([`Row::preempt`]).
+    fn preempt(&mut self, id: RequestId) {
+        let mut row = self
+            .rows
+            .remove(&id)
+            .expect("preempting a row in the batch");
+        self.order.retain(|&o| o != id);
+        row.preempt();
+        self.stats.preemptions += 1;
+        self.parked.insert(row.seq, row);
     }
 
     /// The prefilling row that gets this tick's chunk: the oldest, or with round-robin the
@@ -287,6 +367,7 @@ impl<M: StepModel> Worker<M> {
 
     /// What this tick runs: every decoding row's one token, then one prompt chunk.
     fn plan(&mut self) -> Option<StepPlan> {
+        self.grow();
         let mut plan = StepPlan::default();
         for &id in &self.order {
             if self.rows[&id].is_decoding() {
@@ -423,7 +504,16 @@ impl<M: StepModel> Worker<M> {
     /// tail (unless the row failed: its KV is suspect), sends `Done`, drops the row and with
     /// it the KV lease.
     fn retire(&mut self, id: RequestId, finish: Finish) {
-        let Some(mut row) = self.rows.remove(&id) else {
+        let parked = self
+            .parked
+            .iter()
+            .find(|(_, r)| r.id == id)
+            .map(|(&s, _)| s);
+        let row = match parked {
+            Some(seq) => self.parked.remove(&seq),
+            None => self.rows.remove(&id),
+        };
+        let Some(mut row) = row else {
             return;
         };
         if !matches!(finish.reason, FinishReason::Error(_)) {
@@ -459,6 +549,10 @@ impl<M: StepModel> Worker<M> {
         for id in stray {
             self.retire(id, Finish::new(FinishReason::Error(msg.to_owned())));
         }
+        let parked: Vec<RequestId> = self.parked.values().map(|r| r.id).collect();
+        for id in parked {
+            self.retire(id, Finish::new(FinishReason::Error(msg.to_owned())));
+        }
         for p in self.queue.drain() {
             self.stats.finished.error += 1;
             finish_pending(p, FinishReason::Error(msg.to_owned()));
@@ -470,6 +564,7 @@ impl<M: StepModel> Worker<M> {
         let s = &mut self.stats;
         s.running = self.rows.values().filter(|r| !r.is_prefilling()).count();
         s.prefilling = self.rows.len() - s.running;
+        s.preempted = self.parked.len();
         let pool = self.pool.stats();
         s.blocks_free = pool.available;
         s.blocks_cached = pool.cached;
@@ -492,6 +587,8 @@ impl<M: StepModel> Worker<M> {
             running = self.rows.values().filter(|r| !r.is_prefilling()).count(),
             prefilling = self.rows.values().filter(|r| r.is_prefilling()).count(),
             queued = self.queue.len(),
+            preempted = self.parked.len(),
+            preemptions = self.stats.preemptions,
             blocks_free = self.stats.blocks_free,
             blocks_cached = self.stats.blocks_cached,
             blocks_total = self.limits.total_blocks,

@@ -39,14 +39,15 @@ fn first_call_of(calls: &[Vec<ferrox_sched::testkit::ChunkRecord>], prompt: &[u3
 
 #[test]
 fn fifo_a_large_request_is_admitted_before_later_small_ones() {
-    // 20 blocks of 4 positions. A holds 10 while it runs; B needs 15 and must wait; five small
-    // requests of 2 blocks each would fit beside A at once, but queued after B they wait too.
+    // 20 blocks of 4 positions. A holds 9 for its prompt and grows to 10 as it decodes; B's
+    // prompt needs 14, plus one spare for A, and must wait; five small requests of one block
+    // each would fit beside A at once, but queued after B they wait too.
     let model = Arc::new(Probe::gated(FakeModel::hash()));
     let handle = Scheduler::start(Arc::clone(&model), config(8, 64, 20)).unwrap();
-    let a = handle.submit(long(vec![1; 4], 36)).unwrap();
+    let a = handle.submit(long(vec![1; 36], 4)).unwrap();
     model.allow(3);
     model.wait_until_blocked(); // A is decoding, holding 10 blocks
-    let b = handle.submit(long(vec![2; 4], 56)).unwrap();
+    let b = handle.submit(long(vec![2; 56], 4)).unwrap();
     let small: Vec<_> = (0..5)
         .map(|i| handle.submit(long(vec![10 + i; 2], 6)).unwrap())
         .collect();
@@ -55,7 +56,7 @@ fn fifo_a_large_request_is_admitted_before_later_small_ones() {
         s.collect_blocking();
     }
     let calls = model.calls();
-    let b_at = first_call_of(&calls, &[2; 4]);
+    let b_at = first_call_of(&calls, &[2; 56]);
     for i in 0..5 {
         let s_at = first_call_of(&calls, &[10 + i; 2]);
         assert!(

@@ -25,13 +25,20 @@ fn spec() -> Spec {
 #[test]
 fn batched_equals_sequential_under_random_arrivals_and_cancels() {
     let model = Arc::new(Probe::recording(FakeModel::hash()));
-    let (mut cancelled, mut cached) = (0, 0);
+    let (mut cancelled, mut cached, mut preempted) = (0, 0, 0);
     for seed in 0..8 {
-        let run = props::batched_equals_sequential(Arc::clone(&model), &spec(), seed);
+        // The largest table is 16 blocks: rows evict cached blocks and preempt each other.
+        let tight = Spec {
+            kv_blocks: 20,
+            ..spec()
+        };
+        let run = props::batched_equals_sequential(Arc::clone(&model), &tight, seed);
         cancelled += run.cancelled;
         cached += run.cached_tokens;
+        preempted += run.preemptions;
     }
     assert!(cancelled > 10, "too few cancels exercised: {cancelled}");
+    assert!(preempted > 10, "too few preemptions exercised: {preempted}");
     assert!(
         cached > 200,
         "too few prefix-cache hits exercised: {cached} tokens"

@@ -28,7 +28,8 @@ fn tiny_spec(m: &Model) -> Spec {
         max_prompt: 40,
         max_new: 12,
         logprobs: Some(m.vocab_size()),
-        kv_blocks: 64,
+        // Small enough to evict and preempt: the largest table is 13 blocks.
+        kv_blocks: 15,
     }
 }
 
@@ -37,11 +38,13 @@ fn random_weight_models_batched_equals_sequential() {
     for arch in ARCHES {
         let model = Arc::new(Probe::recording(tiny(arch)));
         let spec = tiny_spec(&model.inner);
-        let cached: u64 = (0..2)
+        let runs: Vec<_> = (0..2)
             .map(|seed| props::batched_equals_sequential(Arc::clone(&model), &spec, seed))
-            .map(|run| run.cached_tokens)
-            .sum();
+            .collect();
+        let cached: u64 = runs.iter().map(|run| run.cached_tokens).sum();
+        let preempted: u64 = runs.iter().map(|run| run.preemptions).sum();
         assert!(cached > 0, "{arch:?}: no prefix-cache hit exercised");
+        assert!(preempted > 0, "{arch:?}: no preemption exercised");
     }
 }
 
@@ -90,10 +93,12 @@ fn default_model_batching_chunking_and_seeds_change_nothing() {
         max_prompt: 24,
         max_new: 6,
         logprobs: Some(20),
-        kv_blocks: 64,
+        // The largest table is 8 blocks: rows evict and preempt each other.
+        kv_blocks: 12,
     };
     let run = props::batched_equals_sequential(Arc::clone(&model), &spec, 5);
     assert!(run.cached_tokens > 0, "no prefix-cache hit exercised");
+    assert!(run.preemptions > 0, "no preemption exercised");
     let chunking = Spec {
         requests: 2,
         max_prompt: 40,

@@ -36,11 +36,14 @@ pub struct Exercised {
     pub cancelled: usize,
     /// Prompt tokens served from the prefix cache.
     pub cached_tokens: u64,
+    /// Rows preempted for KV blocks (and resumed).
+    pub preemptions: u64,
 }
 
 /// Batched and cached == sequential and cold, token for token and logit for logit (every
 /// logprob bit for bit), under random arrival steps, prompt lengths, shared prompt prefixes,
-/// max_tokens, batch caps, chunk sizes and cancels, on a pool small enough to evict. The
+/// max_tokens, batch caps, chunk sizes and cancels, on a pool small enough to evict and to
+/// preempt (a preempted row resumes by recomputing, and must continue token-identically). The
 /// reference runs each request alone with the prefix cache off. A cancelled request's tokens
 /// are a prefix of its sequential run. Afterwards every block is back and the pool's
 /// invariants hold.
@@ -82,7 +85,7 @@ pub fn batched_equals_sequential<M: StepModel>(
     for (i, req) in requests.iter().enumerate() {
         // Arrive once the worker has run `arrivals[i]` steps, or at once if it is idle.
         wait_for(&handle, "an arrival step", |s| {
-            s.steps >= arrivals[i] || s.running + s.prefilling + s.queued == 0
+            s.steps >= arrivals[i] || s.running + s.prefilling + s.queued + s.preempted == 0
         });
         // A quarter of the requests are cancelled: half of those at once (while queued or
         // prefilling; such a cancel lands whatever the machine's load), the rest after some
@@ -143,13 +146,15 @@ pub fn batched_equals_sequential<M: StepModel>(
     );
     let total = handle.status().blocks_total;
     wait_for(&handle, "every block back", |s| {
-        s.blocks_free == total && s.running + s.prefilling + s.queued == 0
+        s.blocks_free == total && s.running + s.prefilling + s.queued + s.preempted == 0
     });
     let counts = handle.audit_blocks().expect("the pool is consistent");
     assert_eq!((counts.referenced, counts.refs), (0, 0), "seed {seed}");
+    let status = handle.status();
     Exercised {
         cancelled,
-        cached_tokens: handle.status().prefix_cache_hits,
+        cached_tokens: status.prefix_cache_hits,
+        preemptions: status.preemptions,
     }
 }
 

@@ -221,6 +221,18 @@ fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
     );
     gauge(
         out,
+        "ferrox_sequences_preempted",
+        "Sequences preempted for KV blocks, waiting to resume.",
+        s.preempted,
+    );
+    counter(
+        out,
+        "ferrox_preemptions_total",
+        "Sequences preempted for KV blocks (each resumes and loses nothing).",
+        s.preemptions,
+    );
+    gauge(
+        out,
         "ferrox_kv_blocks_used",
         "KV cache blocks held by sequences.",
         s.blocks_total.saturating_sub(s.blocks_free),

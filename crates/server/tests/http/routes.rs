@@ -195,6 +195,8 @@ async fn metrics_expose_every_series() {
         "ferrox_queue_depth 0",
         "ferrox_sequences_running 0",
         "ferrox_sequences_prefilling 0",
+        "ferrox_sequences_preempted 0",
+        "ferrox_preemptions_total 0",
         "ferrox_kv_blocks_used 0",
         "ferrox_kv_blocks_free ",
         "ferrox_prompt_tokens_total 3",
