@@ -83,6 +83,16 @@ pub struct ServeArgs {
     /// Most bytes the Responses API's store holds.
     #[arg(long, env = "FERROX_RESPONSES_MAX_BYTES", default_value_t = ServerConfig::default().responses_max_bytes)]
     pub responses_max_bytes: usize,
+    /// Seconds a connection may take to send a request's headers, from when it opens or
+    /// from its previous response; slow or idle connections are closed after it.
+    #[arg(long, env = "FERROX_HEADER_TIMEOUT", default_value_t = ServerConfig::default().header_timeout.as_secs())]
+    pub header_timeout: u64,
+    /// Seconds a request body may go without sending anything before the request gets 408.
+    #[arg(long, env = "FERROX_BODY_TIMEOUT", default_value_t = ServerConfig::default().body_timeout.as_secs())]
+    pub body_timeout: u64,
+    /// Most connections served at once; more wait until one closes.
+    #[arg(long, env = "FERROX_MAX_CONNECTIONS", default_value_t = ServerConfig::default().max_connections)]
+    pub max_connections: usize,
     /// Seconds in-flight requests may run on after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, env = "FERROX_SHUTDOWN_GRACE", default_value_t = ferrox_server::DEFAULT_SHUTDOWN_GRACE.as_secs())]
     pub shutdown_grace: u64,
@@ -141,6 +151,10 @@ impl ServeArgs {
                 }
                 hosts
             },
+            // Zero would close every connection at once: at least a second.
+            header_timeout: Duration::from_secs(self.header_timeout.max(1)),
+            body_timeout: Duration::from_secs(self.body_timeout.max(1)),
+            max_connections: self.max_connections.max(1),
         }
     }
 }

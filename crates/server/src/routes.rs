@@ -82,7 +82,10 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
             render(r, openai::error_body)
         }))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(Extension(BodyLimit(limit)))
+        .layer(Extension(BodyLimit {
+            bytes: limit,
+            stall: state.config.body_timeout,
+        }))
         .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
             track_requests,

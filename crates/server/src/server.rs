@@ -1,17 +1,36 @@
 //! Running the router on a socket, and stopping it gracefully.
 //!
+//! Our own accept loop over hyper's HTTP/1 connection (rather than `axum::serve`, which runs
+//! hyper without a timer, so no timeout can fire) for three reasons of connection hygiene:
+//! - **header timeout**: a connection must send a request's headers within
+//!   `ServerConfig::header_timeout` of opening, or of the end of its previous response, or it
+//!   is closed: slowloris connections (headers dribbled a byte at a time) and keep-alive
+//!   connections left idle hold nothing for long. Each is counted
+//!   (`ferrox_connections_timed_out_total`);
+//! - **body timeout**: a body that stalls gets a 408 and the connection closes
+//!   (`http::params`);
+//! - **connection cap**: at most `ServerConfig::max_connections` are served at once; past it
+//!   the loop stops accepting and new connections wait in the kernel's backlog, so a flood of
+//!   sockets cannot take every file descriptor from the clients already being served.
+//!
 //! On the shutdown signal (SIGINT or SIGTERM in the binary; any future in tests) the
 //! listener closes at once and idle connections are closed; in-flight requests get
 //! `grace` to finish. After that every stream still running sends its protocol's error event
-//! and terminator, and [`run`] returns: the runtime drops what is still running, each
-//! dropped generation cancels its requests, and the process exits 0.
+//! and terminator, and [`run`] returns: the runtime drops what is still running (a
+//! connection stuck mid-headers or mid-body included), each dropped generation cancels its
+//! requests, and the process exits 0.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
 use crate::routes::app;
 use crate::state::AppState;
@@ -30,34 +49,62 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let stopping = Arc::new(Notify::new());
-    let signal = {
-        let stopping = Arc::clone(&stopping);
-        async move {
-            shutdown.await;
-            tracing::info!("shutting down: no new connections; waiting for in-flight requests");
-            stopping.notify_one();
-        }
-    };
-    let streams = state.clone();
-    let server = axum::serve(listener, app(state))
-        .tcp_nodelay(true)
-        .with_graceful_shutdown(signal);
+    let config = Arc::clone(&state.config);
+    let metrics = Arc::clone(&state.metrics);
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_timeout);
+    let service = TowerToHyperService::new(app(state.clone()));
+    let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => permit.expect("never closed"),
+            () = &mut shutdown => break,
+        };
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was
+                    // accepted: wait a moment rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(tcp), service.clone()));
+        let metrics = Arc::clone(&metrics);
+        tokio::spawn(async move {
+            metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = conn.await {
+                if e.is_timeout() {
+                    metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     tokio::select! {
-        result = server => result,
-        () = async {
-            stopping.notified().await;
-            tokio::time::sleep(grace).await;
-        } => {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(grace) => {
             tracing::warn!("grace period of {grace:?} over: cancelling the requests still running");
             // Streams end with their protocol's error event; give them a moment to send it.
-            if let Ok(g) = streams.generator() {
+            if let Ok(g) = state.generator() {
                 g.stop_streams();
                 tokio::time::sleep(STREAM_FLUSH).await;
             }
-            Ok(())
         }
     }
+    Ok(())
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

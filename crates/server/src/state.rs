@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::async_trait;
 use axum::extract::FromRequestParts;
@@ -21,7 +21,7 @@ use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::core::error::ApiError;
 use crate::core::grammar::Grammars;
 use crate::http::metrics::Metrics;
-use crate::http::params::DEFAULT_MAX_BODY_BYTES;
+use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::openai::store::{self, ResponseStore};
 
 /// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
@@ -33,9 +33,9 @@ pub struct ServerConfig {
     /// Largest request body; larger ones get 413.
     pub max_body_bytes: usize,
     /// `max_tokens` when a request gives none, capped by the context left after the prompt.
-    /// KV blocks for `prompt + max_tokens` are leased at admission, so a default of "the
-    /// whole context" would let one chat hold a 32k-token lease; 2048 leaves room for 16
-    /// concurrent requests in the default 1 GiB KV budget of the default model.
+    /// KV grows as a request generates, so this reserves nothing; it only bounds a runaway
+    /// generation that never emits an end-of-turn token (2048 unless the client asks for
+    /// more).
     pub default_max_tokens: usize,
     /// Caps of the Responses API's store (`openai/store.rs`): most responses kept, and most
     /// bytes; past either, the least recently used are evicted.
@@ -45,6 +45,16 @@ pub struct ServerConfig {
     /// (`localhost`, `127.0.0.1`, `::1`); `*` allows any. Protects a local server from DNS
     /// rebinding: a web page whose name resolves to 127.0.0.1 still sends its own name.
     pub allowed_hosts: Vec<String>,
+    /// How long a connection may take to send a request's headers, counted from when it
+    /// opens or from the end of its previous response: a slowloris connection, or a
+    /// keep-alive one left idle, is closed after it (`server.rs`).
+    pub header_timeout: Duration,
+    /// How long a request body may go without sending anything: then 408, and the
+    /// connection is closed.
+    pub body_timeout: Duration,
+    /// Most connections served at once; more wait in the listener's backlog until one
+    /// closes, so a flood of idle sockets cannot take every file descriptor.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -70,6 +80,14 @@ impl ServerConfig {
     }
 }
 
+/// How long a connection may take to send a request's headers, by default: hyper's own
+/// default (nginx's `client_header_timeout` is 60 s).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections served at once, by default: far above what 16 batched sequences need, and
+/// well under a default file-descriptor limit of 1024.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -79,6 +97,9 @@ impl Default for ServerConfig {
             responses_max_entries: store::DEFAULT_MAX_ENTRIES,
             responses_max_bytes: store::DEFAULT_MAX_BYTES,
             allowed_hosts: Vec::new(),
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -50,6 +50,10 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("the request body is larger than the limit of {limit_bytes} bytes")]
     PayloadTooLarge { limit_bytes: usize },
+    /// The client stopped sending its body (nothing for `--body-timeout`); the connection is
+    /// closed after this answer.
+    #[error("the request body stalled: no data for {timeout_ms} ms")]
+    BodyTimeout { timeout_ms: u64 },
     /// A JSON route got another content type (cross-site "simple" requests are forms or
     /// text, so requiring JSON keeps web pages from posting to a local server).
     #[error("the body must be sent with Content-Type: application/json, not {content_type:?}")]
@@ -86,6 +90,8 @@ pub enum ErrorClass {
     NotFound,
     MethodNotAllowed,
     TooLarge,
+    /// The client was too slow sending its request (408).
+    Timeout,
     /// The body's content type is not the route's (415).
     UnsupportedMediaType,
     /// The request is refused whatever its content (403).
@@ -159,6 +165,7 @@ impl ApiError {
             | ApiError::RouteNotFound { .. } => ErrorClass::NotFound,
             ApiError::MethodNotAllowed { .. } => ErrorClass::MethodNotAllowed,
             ApiError::PayloadTooLarge { .. } => ErrorClass::TooLarge,
+            ApiError::BodyTimeout { .. } => ErrorClass::Timeout,
             ApiError::UnsupportedMediaType { .. } => ErrorClass::UnsupportedMediaType,
             ApiError::HostNotAllowed { .. } => ErrorClass::Forbidden,
             ApiError::NotImplemented { .. } => ErrorClass::NotImplemented,
@@ -194,6 +201,7 @@ impl ApiError {
             ApiError::RouteNotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::HostNotAllowed { .. } => "host_not_allowed",
             ApiError::NotImplemented { .. } => "not_implemented",

@@ -26,6 +26,7 @@ pub fn status(e: &ApiError) -> StatusCode {
         ErrorClass::NotFound => StatusCode::NOT_FOUND,
         ErrorClass::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorClass::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorClass::Timeout => StatusCode::REQUEST_TIMEOUT,
         ErrorClass::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ErrorClass::Forbidden => StatusCode::FORBIDDEN,
         ErrorClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -45,6 +46,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if matches!(self, ApiError::BodyTimeout { .. }) {
+            // The rest of the body may still come; the connection cannot be reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response.extensions_mut().insert(Unrendered(self));
         response

@@ -99,6 +99,10 @@ pub struct Metrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub duration: Histogram,
+    /// Connections being served now (`server.rs`).
+    pub connections_open: AtomicU64,
+    /// Connections closed for not sending a request's headers in time: slow, or idle.
+    pub header_timeouts: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -110,6 +114,8 @@ impl Default for Metrics {
             ttft: Histogram::new(TTFT_BOUNDS),
             itl: Histogram::new(ITL_BOUNDS),
             duration: Histogram::new(DURATION_BOUNDS),
+            connections_open: AtomicU64::new(0),
+            header_timeouts: AtomicU64::new(0),
         }
     }
 }
@@ -172,6 +178,19 @@ impl Metrics {
             &mut out,
             "ferrox_request_duration_seconds",
             "Time from submission to the end of a generation.",
+        );
+        gauge(
+            &mut out,
+            "ferrox_connections_open",
+            "Connections being served.",
+            self.connections_open.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "ferrox_connections_timed_out_total",
+            "Connections closed for not sending a request's headers within --header-timeout \
+             (slow, or idle between requests).",
+            self.header_timeouts.load(Ordering::Relaxed),
         );
         if let Some(s) = status {
             render_scheduler(&mut out, s);

@@ -12,6 +12,8 @@
 //! A `null` value means "not given" for every parameter we know, as the OpenAI API treats it
 //! (some SDKs send explicit nulls). An unknown name is refused even with a `null` value.
 
+use std::time::Duration;
+
 use axum::async_trait;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -21,7 +23,9 @@ use serde_json::{Map, Number, Value};
 use crate::core::error::ApiError;
 
 /// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
-/// instead of axum's plain-text rejections. The limit is the router's [`BodyLimit`].
+/// instead of axum's plain-text rejections. The limit is the router's [`BodyLimit`], which
+/// also says how long the body may stall: a client that stops sending mid-body gets a 408
+/// and its connection is closed, instead of holding it open for ever.
 /// A `Content-Type` other than JSON (`application/json`, `…+json`) is a 415: browsers send
 /// cross-site "simple" requests as forms or text, so a web page cannot post to a local
 /// server. A request without one is taken as JSON (a browser always sends one).
@@ -46,11 +50,12 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 });
             }
         }
-        let limit_bytes = req
+        let limit = req
             .extensions()
             .get::<BodyLimit>()
-            .map_or(DEFAULT_MAX_BODY_BYTES, |l| l.0);
-        let bytes = read_limited(req.into_body(), limit_bytes).await?;
+            .copied()
+            .unwrap_or_default();
+        let bytes = read_limited(req.into_body(), limit).await?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::MalformedJson {
@@ -64,14 +69,24 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// libraries — reads the 413 instead of a broken pipe. Past it the connection is closed.
 pub const DRAIN_BYTES: usize = 64 << 20;
 
-/// The body, at most `limit` bytes: more is a 413, sent after draining up to
-/// [`DRAIN_BYTES`] of the rest.
-async fn read_limited(body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
+/// The body, at most `limit.bytes`: more is a 413, sent after draining up to
+/// [`DRAIN_BYTES`] of the rest. No data for `limit.stall` is a 408.
+async fn read_limited(body: axum::body::Body, limit: BodyLimit) -> Result<Bytes, ApiError> {
     use futures_util::StreamExt;
+    let BodyLimit {
+        bytes: limit,
+        stall,
+    } = limit;
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     let mut seen = 0usize;
-    while let Some(chunk) = stream.next().await {
+    let stalled = || ApiError::BodyTimeout {
+        timeout_ms: stall.as_millis() as u64,
+    };
+    while let Some(chunk) = tokio::time::timeout(stall, stream.next())
+        .await
+        .map_err(|_| stalled())?
+    {
         let chunk = chunk.map_err(|e| ApiError::MalformedJson {
             message: format!("the body could not be read: {e}"),
         })?;
@@ -92,10 +107,25 @@ async fn read_limited(body: axum::body::Body, limit: usize) -> Result<Bytes, Api
 /// token-id list several times over.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 << 20;
 
-/// The configured body limit, put in request extensions by the router so that the 413
-/// message can state it.
+/// How long a request body may go without sending anything, by default.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The configured body limits, put in request extensions by the router so that the 413
+/// and 408 messages can state them: the most bytes, and the longest stall.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
+pub struct BodyLimit {
+    pub bytes: usize,
+    pub stall: Duration,
+}
+
+impl Default for BodyLimit {
+    fn default() -> Self {
+        Self {
+            bytes: DEFAULT_MAX_BODY_BYTES,
+            stall: DEFAULT_BODY_TIMEOUT,
+        }
+    }
+}
 
 /// The parameters of one JSON object, taken one at a time.
 pub struct Fields {

@@ -22,6 +22,7 @@ pub fn error_body(e: &ApiError, status: StatusCode) -> Value {
         ErrorClass::BadRequest
         | ErrorClass::MethodNotAllowed
         | ErrorClass::TooLarge
+        | ErrorClass::Timeout
         | ErrorClass::UnsupportedMediaType => "invalid_request_error",
         ErrorClass::Forbidden => "permission_error",
         ErrorClass::NotFound => "not_found_error",

@@ -5,6 +5,7 @@ mod common;
 
 mod anthropic;
 mod cancel;
+mod connections;
 mod default_model;
 mod errors;
 mod generation;
