@@ -125,9 +125,16 @@ def test_stop_string_ends_the_text():
 
 
 def test_seed_reproduces_sampling():
-    a = complete(temperature=1.0, seed=1234, max_tokens=12)
-    b = complete(temperature=1.0, seed=1234, max_tokens=12)
-    assert a.choices[0].text == b.choices[0].text
+    def sampled(seed):
+        r = complete(temperature=1.5, seed=seed, max_tokens=12, extra_body={"ignore_eos": True})
+        return r.choices[0].text
+
+    a, b = sampled(1234), sampled(1234)
+    assert a == b
+    # And the seed is really sampling: other seeds give other texts (were temperature or seed
+    # ignored, all of them would be the same).
+    others = {sampled(seed) for seed in range(1, 5)}
+    assert len(others | {a}) > 1, others
 
 
 def test_n_gives_several_choices():
@@ -154,11 +161,16 @@ def test_chat_logprobs():
 
 
 def test_completion_logprobs():
-    r = complete(logprobs=2)
+    # ignore_eos: every generated token is a text token with its logprobs.
+    r = complete(logprobs=2, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
-    assert len(lp.tokens) == r.usage.completion_tokens or r.choices[0].finish_reason == "stop"
-    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    assert len(lp.tokens) == r.usage.completion_tokens == 8
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) == 2, top
+        # Greedy: the chosen token is the most likely of its top two.
+        assert abs(top[token] - logprob) < 1e-5 and logprob >= min(top.values()), (token, top)
     assert lp.text_offset[0] == 0
 
 

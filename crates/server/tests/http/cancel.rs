@@ -85,23 +85,31 @@ async fn shutdown_finishes_in_flight_requests_then_stops() {
     let r = s
         .post_raw(
             "/v1/completions",
-            json!({"prompt": "hello", "max_tokens": 300, "ignore_eos": true, "stream": true}),
+            json!({"prompt": "hello", "max_tokens": 300, "ignore_eos": true, "stream": true,
+                   "stream_options": {"include_usage": true}}),
         )
         .await;
     let mut events = r.events();
-    events.next_data().await.unwrap();
+    let first = events.next_data().await.unwrap().unwrap();
     let stopped = s.trigger_shutdown();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(
-        !stopped.is_finished(),
-        "the server waits for the request in flight"
-    );
-    // The stream still runs to its end.
-    let mut last = String::new();
+    // The stream still runs to its end: every one of its 300 tokens, its finish reason and
+    // its terminator (whatever the token rate: a server that stopped without waiting would
+    // cut it short).
+    let mut data = vec![first];
     while let Some(d) = events.next_data().await.unwrap() {
-        last = d;
+        data.push(d);
     }
-    assert_eq!(last, "[DONE]");
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<serde_json::Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let finish = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    assert_eq!(finish, Some("length"));
+    let usage = chunks.last().unwrap()["usage"].clone();
+    assert_eq!(usage["completion_tokens"], 300, "{usage}");
     stopped.await.unwrap().unwrap();
     assert!(
         s.endpoint.get("/health").await.is_err(),
