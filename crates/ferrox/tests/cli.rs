@@ -1,0 +1,154 @@
+//! The `ferrox` commands a user runs first — `inspect`, `tokenize`, `run`, `bench` — as a
+//! user runs them (the built binary, its stdout), on the default model, checked against
+//! llama.cpp's reference data in `../shared/golden/gemma3-270m/` wherever it has an answer.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn golden(file: &str) -> Vec<Value> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/golden/gemma3-270m")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// Runs `ferrox ARGS` and returns its stdout; panics with its stderr if it fails.
+fn ferrox(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("ferrox starts");
+    assert!(
+        out.status.success(),
+        "ferrox {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn model() -> Option<String> {
+    ferrox_engine::cache::model_for_tests().map(|p| p.display().to_string())
+}
+
+#[test]
+fn inspect_reports_the_models_shape() {
+    let Some(m) = model() else { return };
+    let out = ferrox(&["inspect", &m]);
+    // The figures of the golden README's model table.
+    for line in [
+        "architecture:    gemma3",
+        "layers 18 | embd 640 | heads 4 (kv 1) x 256 | ffn 2048 | vocab 262144",
+        "sliding window:  512 (every 6th layer global)",
+    ] {
+        assert!(out.contains(line), "no {line:?} in\n{out}");
+    }
+    for ty in ["q8_0", "q4_K", "q6_K", "f32"] {
+        assert!(out.contains(&format!("{ty:>6}:")), "no {ty} in\n{out}");
+    }
+}
+
+#[test]
+fn tokenize_matches_llama_cpp_on_every_golden_row() {
+    let Some(m) = model() else { return };
+    let rows = golden("tokenize.jsonl");
+    let dir = std::env::temp_dir().join(format!("ferrox-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("tokenize.jsonl");
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "text": r["text"], "add_bos": r["add_bos"], "parse_special": r["parse_special"]
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = ferrox(&["tokenize", "-m", &m, "--jsonl", input.to_str().unwrap()]);
+    let got: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), rows.len());
+    for (i, (g, r)) in got.iter().zip(&rows).enumerate() {
+        assert_eq!(g, &r["ids"], "row {i}: {:?}", r["text"]);
+    }
+    // The one-text form agrees with the JSON-lines form.
+    let hello = rows
+        .iter()
+        .position(|r| r["text"] == "Hello world" && r["add_bos"] == true)
+        .expect("a Hello world row");
+    let one: Value =
+        serde_json::from_str(&ferrox(&["tokenize", "-m", &m, "--text", "Hello world"])).unwrap();
+    assert_eq!(one, rows[hello]["ids"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferrox run --temp 0` continues each golden prompt as llama.cpp does, by the golden
+/// README's rule: identical until a near-tie (either reference's top-1/top-2 gap < 0.3).
+#[test]
+fn run_greedy_follows_llama_cpp() {
+    let Some(m) = model() else { return };
+    for row in golden("greedy.jsonl") {
+        let prompt = row["prompt"].as_str().unwrap();
+        let out = ferrox(&[
+            "run", "-m", &m, "-p", prompt, "-n", "32", "--temp", "0", "--json",
+        ]);
+        let got: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(got["ids_prompt"], row["ids_prompt"], "{prompt:?}");
+        let ours: Vec<u64> = serde_json::from_value(got["ids_out"].clone()).unwrap();
+        let theirs: Vec<u64> = serde_json::from_value(row["ids_out"].clone()).unwrap();
+        assert_eq!(ours.len(), 32, "{prompt:?}");
+        if let Some(k) = ours.iter().zip(&theirs).position(|(a, b)| a != b) {
+            let gap = |field: &str| row[field][k].as_f64().unwrap_or(f64::INFINITY);
+            assert!(
+                gap("top1_top2_logprob_gap") < 0.3 || gap("ref_f64_top1_top2_gap") < 0.3,
+                "{prompt:?}: token {k} differs from llama.cpp's without a near-tie"
+            );
+        } else {
+            assert_eq!(got["text_out"], row["text_out"], "{prompt:?}");
+        }
+    }
+}
+
+#[test]
+fn bench_reports_every_figure_it_measures() {
+    let Some(m) = model() else { return };
+    let out = ferrox(&[
+        "bench",
+        "-m",
+        &m,
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "--batch",
+        "2",
+        "--batch-prompt",
+        "8",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let mut keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["batch2", "pp16", "tg4"], "{v}");
+    for (k, s) in v.as_object().unwrap() {
+        let (min, median, max) = (
+            s["min"].as_f64().unwrap(),
+            s["median"].as_f64().unwrap(),
+            s["max"].as_f64().unwrap(),
+        );
+        assert!(
+            min > 0.0 && min <= median && median <= max && max.is_finite(),
+            "{k}: {s}"
+        );
+    }
+}
