@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use ferrox_engine::Model;
 use ferrox_sched::{KvBudget, SchedulerConfig};
-use ferrox_server::{AppState, Generator, ServerConfig};
+use ferrox_server::{ApiKeys, AppState, Generator, ServerConfig};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -26,7 +26,7 @@ pub struct ServeArgs {
     #[arg(short = 'm', long, env = "FERROX_MODEL")]
     pub model: Option<PathBuf>,
     /// Address to listen on. The default is loopback only; use 0.0.0.0 to accept remote
-    /// clients (there is no authentication).
+    /// clients (then set --api-key).
     #[arg(long, env = "FERROX_HOST", default_value = "127.0.0.1")]
     pub host: String,
     #[arg(long, env = "FERROX_PORT", default_value_t = 8080)]
@@ -83,6 +83,25 @@ pub struct ServeArgs {
     /// Most bytes the Responses API's store holds.
     #[arg(long, env = "FERROX_RESPONSES_MAX_BYTES", default_value_t = ServerConfig::default().responses_max_bytes)]
     pub responses_max_bytes: usize,
+    /// An API key clients must send (`Authorization: Bearer KEY` or `x-api-key: KEY`);
+    /// repeat for several. With any key, every route but /health needs one.
+    #[arg(
+        long = "api-key",
+        env = "FERROX_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one a line (`#` starts a comment line).
+    #[arg(long, env = "FERROX_API_KEY_FILE")]
+    pub api_key_file: Option<std::path::PathBuf>,
+    /// Serve /metrics without a key even when keys are set (for a Prometheus scraper).
+    #[arg(long, env = "FERROX_METRICS_PUBLIC")]
+    pub metrics_public: bool,
+    /// Origins browsers may call from, exactly (`http://localhost:3000`, comma-separated;
+    /// `*`: any). Default: no CORS headers.
+    #[arg(long, env = "FERROX_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
     /// Seconds a connection may take to send a request's headers, from when it opens or
     /// from its previous response; slow or idle connections are closed after it.
     #[arg(long, env = "FERROX_HEADER_TIMEOUT", default_value_t = ServerConfig::default().header_timeout.as_secs())]
@@ -136,8 +155,14 @@ impl ServeArgs {
         Ok(c)
     }
 
-    pub fn server_config(&self) -> ServerConfig {
-        ServerConfig {
+    pub fn server_config(&self) -> Result<ServerConfig, String> {
+        let mut keys = self.api_keys.clone();
+        if let Some(file) = &self.api_key_file {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read --api-key-file {}: {e}", file.display()))?;
+            keys.extend(ApiKeys::parse_file(&text));
+        }
+        Ok(ServerConfig {
             model_id: self.alias.clone(),
             max_body_bytes: self.max_body_bytes,
             default_max_tokens: self.default_max_tokens,
@@ -155,7 +180,10 @@ impl ServeArgs {
             header_timeout: Duration::from_secs(self.header_timeout.max(1)),
             body_timeout: Duration::from_secs(self.body_timeout.max(1)),
             max_connections: self.max_connections.max(1),
-        }
+            api_keys: ApiKeys::new(keys),
+            metrics_public: self.metrics_public,
+            cors_origins: self.cors_origins.clone(),
+        })
     }
 }
 
@@ -180,7 +208,18 @@ async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Resu
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("listening on http://{local} (loading the model; /health is 503 until ready)");
-    let state = AppState::loading(args.server_config());
+    let config = args.server_config()?;
+    let loopback = local.ip().is_loopback();
+    if !loopback && config.api_keys.is_empty() {
+        tracing::warn!(
+            "listening on {local} without an API key: anyone who can reach it can use it \
+             (set --api-key or FERROX_API_KEY)"
+        );
+    }
+    if !config.api_keys.is_empty() {
+        tracing::info!("API keys: {} configured", config.api_keys.len());
+    }
+    let state = AppState::loading(config);
     let grace = Duration::from_secs(args.shutdown_grace);
     let mut server = tokio::spawn(ferrox_server::run(
         listener,

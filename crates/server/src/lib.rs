@@ -32,6 +32,7 @@ pub mod server;
 pub mod state;
 
 pub use crate::core::error::ApiError;
+pub use crate::http::auth::ApiKeys;
 pub use routes::{app, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
 pub use state::{AppState, Generator, ServerConfig};

@@ -14,19 +14,27 @@
 //! (`http/errors.rs`), so an error on `/v1/messages` reaches an Anthropic SDK in Anthropic's
 //! shape, whichever layer raised it. The small read-only routes (`/health`, `/v1/models`,
 //! `/metrics`) live here, in OpenAI's shape, as do unknown routes.
+//!
+//! With API keys configured every group is guarded (`http/auth.rs`) except the public list:
+//! `/health` (a load balancer's probe) and, with `--metrics-public`, `/metrics`. A new route
+//! joins a guarded group, so it is guarded too; unknown routes check the key before saying
+//! 404. CORS (`--cors-origins`) answers preflights before any route runs, after the `Host`
+//! check.
 
 use std::any::Any;
 
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{header, Method, Uri};
+use axum::http::{header, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{middleware, Extension, Json, Router};
 use serde_json::{json, Value};
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::CorsLayer;
 
 use crate::anthropic;
 use crate::core::error::ApiError;
+use crate::http::auth::{require_key, unauthorized};
 use crate::http::errors::{render, with_error_shape};
 use crate::http::metrics::track_requests;
 use crate::http::params::BodyLimit;
@@ -36,11 +44,19 @@ use crate::state::{AppState, Generator, Ready};
 
 /// The whole server.
 pub fn app(state: AppState) -> Router {
+    let guard = |routes: Router<AppState>| {
+        routes.route_layer(middleware::from_fn_with_state(state.clone(), require_key))
+    };
+    let public = Router::new().route("/health", get(health));
+    let metrics = Router::new().route("/metrics", get(metrics));
+    let metrics = if state.config.metrics_public {
+        metrics
+    } else {
+        guard(metrics)
+    };
     let openai = Router::new()
-        .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/models/:id", get(model))
-        .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/completions", post(openai::completions::handle))
         .route("/v1/responses", post(openai::responses::create))
@@ -60,9 +76,10 @@ pub fn app(state: AppState) -> Router {
             "/v1/messages/count_tokens",
             post(anthropic::messages::count_tokens),
         );
+    let openai = public.merge(metrics).merge(guard(openai));
     let routes = with_error_shape(openai, openai::error_body)
-        .merge(with_error_shape(anthropic, anthropic::error_body))
-        .merge(with_error_shape(llamacpp, llamacpp::error_body));
+        .merge(with_error_shape(guard(anthropic), anthropic::error_body))
+        .merge(with_error_shape(guard(llamacpp), llamacpp::error_body));
     with_layers(routes, state)
 }
 
@@ -74,6 +91,7 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(cors(&state.config.cors_origins))
         .layer(middleware::from_fn_with_state(
             std::sync::Arc::clone(&state.config),
             check_host,
@@ -123,18 +141,52 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
     .into_response()
 }
 
-async fn not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::RouteNotFound {
-        method: method.to_string(),
-        path: uri.path().to_string(),
+/// With keys configured an unknown route is a 401 for a client without one: the router
+/// says what exists only to those who may use it.
+async fn not_found(State(state): State<AppState>, req: Request) -> Response {
+    if !state.config.api_keys.allow(req.headers()) {
+        return unauthorized(&state);
     }
+    ApiError::RouteNotFound {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+    .into_response()
 }
 
-async fn method_not_allowed(req: Request) -> ApiError {
+async fn method_not_allowed(State(state): State<AppState>, req: Request) -> Response {
+    if !state.config.api_keys.allow(req.headers()) {
+        return unauthorized(&state);
+    }
     ApiError::MethodNotAllowed {
         method: req.method().to_string(),
         path: req.uri().path().to_string(),
     }
+    .into_response()
+}
+
+/// The CORS policy: none at all (no header, preflights refused) unless origins are listed;
+/// then exactly those origins (a listed `http://localhost:3000` admits neither
+/// `http://localhost:3000.evil.com` nor another port), or any with `*`.
+fn cors(origins: &[String]) -> tower::util::Either<CorsLayer, tower::layer::util::Identity> {
+    use tower_http::cors::{AllowHeaders, AllowOrigin};
+    if origins.is_empty() {
+        return tower::util::Either::Right(tower::layer::util::Identity::new());
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| o.parse().ok()))
+    };
+    tower::util::Either::Left(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            // SDKs in a browser send their own headers (x-stainless-*, anthropic-version):
+            // echo what the preflight asks for; the origin list is the policy.
+            .allow_headers(AllowHeaders::mirror_request())
+            .max_age(std::time::Duration::from_secs(600)),
+    )
 }
 
 /// 200 when the model is loaded and the scheduler runs; 503 while loading or if the

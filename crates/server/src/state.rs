@@ -20,6 +20,7 @@ use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::Grammars;
+use crate::http::auth::ApiKeys;
 use crate::http::metrics::Metrics;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::openai::store::{self, ResponseStore};
@@ -55,6 +56,13 @@ pub struct ServerConfig {
     /// Most connections served at once; more wait in the listener's backlog until one
     /// closes, so a flood of idle sockets cannot take every file descriptor.
     pub max_connections: usize,
+    /// With any key, every route but `/health` needs one (`http/auth.rs`).
+    pub api_keys: ApiKeys,
+    /// Serve `/metrics` without a key even when keys are configured (for a scraper).
+    pub metrics_public: bool,
+    /// Origins a browser may call from (exact `scheme://host[:port]` matches; `*`: any);
+    /// empty: no CORS headers at all.
+    pub cors_origins: Vec<String>,
 }
 
 impl ServerConfig {
@@ -100,6 +108,9 @@ impl Default for ServerConfig {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            api_keys: ApiKeys::default(),
+            metrics_public: false,
+            cors_origins: Vec::new(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub fn error_body(e: &ApiError, _status: StatusCode) -> Value {
         ErrorClass::NotFound => "not_found_error",
         ErrorClass::TooLarge => "request_too_large",
         ErrorClass::Timeout => "timeout_error",
+        ErrorClass::Unauthorized => "authentication_error",
         ErrorClass::Unavailable => "overloaded_error",
         ErrorClass::NotImplemented | ErrorClass::Internal => "api_error",
     };

@@ -50,6 +50,11 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("the request body is larger than the limit of {limit_bytes} bytes")]
     PayloadTooLarge { limit_bytes: usize },
+    /// API keys are configured and the request presented none of them.
+    #[error(
+        "a valid API key is required: send it as `Authorization: Bearer KEY` or `x-api-key: KEY`"
+    )]
+    Unauthorized,
     /// The client stopped sending its body (nothing for `--body-timeout`); the connection is
     /// closed after this answer.
     #[error("the request body stalled: no data for {timeout_ms} ms")]
@@ -92,6 +97,8 @@ pub enum ErrorClass {
     TooLarge,
     /// The client was too slow sending its request (408).
     Timeout,
+    /// No valid API key (401).
+    Unauthorized,
     /// The body's content type is not the route's (415).
     UnsupportedMediaType,
     /// The request is refused whatever its content (403).
@@ -166,6 +173,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => ErrorClass::MethodNotAllowed,
             ApiError::PayloadTooLarge { .. } => ErrorClass::TooLarge,
             ApiError::BodyTimeout { .. } => ErrorClass::Timeout,
+            ApiError::Unauthorized => ErrorClass::Unauthorized,
             ApiError::UnsupportedMediaType { .. } => ErrorClass::UnsupportedMediaType,
             ApiError::HostNotAllowed { .. } => ErrorClass::Forbidden,
             ApiError::NotImplemented { .. } => ErrorClass::NotImplemented,
@@ -202,6 +210,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::BodyTimeout { .. } => "request_timeout",
+            ApiError::Unauthorized => "invalid_api_key",
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::HostNotAllowed { .. } => "host_not_allowed",
             ApiError::NotImplemented { .. } => "not_implemented",

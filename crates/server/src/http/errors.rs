@@ -27,6 +27,7 @@ pub fn status(e: &ApiError) -> StatusCode {
         ErrorClass::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorClass::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorClass::Timeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorClass::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorClass::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ErrorClass::Forbidden => StatusCode::FORBIDDEN,
         ErrorClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

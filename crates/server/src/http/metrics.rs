@@ -103,6 +103,8 @@ pub struct Metrics {
     pub connections_open: AtomicU64,
     /// Connections closed for not sending a request's headers in time: slow, or idle.
     pub header_timeouts: AtomicU64,
+    /// Requests refused for a missing or wrong API key.
+    pub auth_failures: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -116,6 +118,7 @@ impl Default for Metrics {
             duration: Histogram::new(DURATION_BOUNDS),
             connections_open: AtomicU64::new(0),
             header_timeouts: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
         }
     }
 }
@@ -191,6 +194,12 @@ impl Metrics {
             "Connections closed for not sending a request's headers within --header-timeout \
              (slow, or idle between requests).",
             self.header_timeouts.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "ferrox_auth_failures_total",
+            "Requests refused with 401 for a missing or wrong API key.",
+            self.auth_failures.load(Ordering::Relaxed),
         );
         if let Some(s) = status {
             render_scheduler(&mut out, s);

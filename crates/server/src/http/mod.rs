@@ -2,6 +2,7 @@
 //! parameters ([`params`]), statuses and the error-rendering layer ([`errors`]), SSE framing
 //! ([`sse`]) and Prometheus metrics ([`metrics`]).
 
+pub mod auth;
 pub mod errors;
 pub mod metrics;
 pub mod params;

@@ -25,6 +25,7 @@ pub fn error_body(e: &ApiError, status: StatusCode) -> Value {
         | ErrorClass::Timeout
         | ErrorClass::UnsupportedMediaType => "invalid_request_error",
         ErrorClass::Forbidden => "permission_error",
+        ErrorClass::Unauthorized => "authentication_error",
         ErrorClass::NotFound => "not_found_error",
         ErrorClass::Unavailable => "unavailable_error",
         ErrorClass::NotImplemented => "not_supported_error",

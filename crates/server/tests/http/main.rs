@@ -4,6 +4,7 @@
 mod common;
 
 mod anthropic;
+mod auth;
 mod cancel;
 mod connections;
 mod default_model;
