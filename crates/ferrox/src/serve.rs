@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use ferrox_engine::Model;
 use ferrox_sched::{KvBudget, SchedulerConfig};
-use ferrox_server::{ApiKeys, AppState, Generator, ServerConfig};
+use ferrox_server::{ApiKeys, AppState, Generator, ServerConfig, TlsConfig};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -102,6 +102,12 @@ pub struct ServeArgs {
     /// `*`: any). Default: no CORS headers.
     #[arg(long, env = "FERROX_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, env = "FERROX_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (needs --tls-cert).
+    #[arg(long, env = "FERROX_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Seconds a connection may take to send a request's headers, from when it opens or
     /// from its previous response; slow or idle connections are closed after it.
     #[arg(long, env = "FERROX_HEADER_TIMEOUT", default_value_t = ServerConfig::default().header_timeout.as_secs())]
@@ -162,6 +168,11 @@ impl ServeArgs {
                 .map_err(|e| format!("cannot read --api-key-file {}: {e}", file.display()))?;
             keys.extend(ApiKeys::parse_file(&text));
         }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsConfig::load(cert, key)?),
+            (None, None) => None,
+            _ => return Err("--tls-cert and --tls-key go together".into()),
+        };
         Ok(ServerConfig {
             model_id: self.alias.clone(),
             max_body_bytes: self.max_body_bytes,
@@ -183,6 +194,7 @@ impl ServeArgs {
             api_keys: ApiKeys::new(keys),
             metrics_public: self.metrics_public,
             cors_origins: self.cors_origins.clone(),
+            tls,
         })
     }
 }
@@ -202,13 +214,21 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Result<(), String> {
+    // Before binding: a bad key file or certificate stops the server here.
+    let config = args.server_config()?;
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    tracing::info!("listening on http://{local} (loading the model; /health is 503 until ready)");
-    let config = args.server_config()?;
+    tracing::info!(
+        "listening on {scheme}://{local} (loading the model; /health is 503 until ready)"
+    );
     let loopback = local.ip().is_loopback();
     if !loopback && config.api_keys.is_empty() {
         tracing::warn!(
@@ -238,7 +258,7 @@ async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Resu
             tracing::info!(
                 model = %generator.model_id,
                 context_tokens = generator.context_tokens,
-                "ready on http://{local}"
+                "ready on {scheme}://{local}"
             );
             state.set_ready(generator);
         }

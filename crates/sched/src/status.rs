@@ -29,6 +29,8 @@ pub struct SchedulerStatus {
     /// Preemptions so far (a row preempted twice counts twice).
     pub preemptions: u64,
     pub blocks_total: usize,
+    /// Token positions per KV block.
+    pub block_size_tokens: usize,
     /// Blocks no request holds: free ones and cached ones that can be reclaimed.
     pub blocks_free: usize,
     /// Blocks holding a cached prefix (held by requests or not).
@@ -79,6 +81,7 @@ pub(crate) struct WorkerStats {
     pub(crate) preempted: usize,
     pub(crate) preemptions: u64,
     pub(crate) blocks_total: usize,
+    pub(crate) block_size_tokens: usize,
     pub(crate) blocks_free: usize,
     pub(crate) blocks_cached: usize,
     pub(crate) blocks_peak_used: usize,
@@ -134,6 +137,7 @@ impl Shared {
             preempted: w.preempted,
             preemptions: w.preemptions,
             blocks_total: w.blocks_total,
+            block_size_tokens: w.block_size_tokens,
             blocks_free: w.blocks_free,
             blocks_cached: w.blocks_cached,
             blocks_peak_used: w.blocks_peak_used,

@@ -121,6 +121,7 @@ impl<M: StepModel> Worker<M> {
         let kv = model.new_kv(limits.block_size_tokens, limits.total_blocks);
         let stats = WorkerStats {
             blocks_total: limits.total_blocks,
+            block_size_tokens: limits.block_size_tokens,
             blocks_free: limits.total_blocks,
             ..WorkerStats::default()
         };

@@ -16,7 +16,8 @@
 //! Layers, dependencies pointing inward: the protocol adapters ([`openai`], [`anthropic`],
 //! [`llamacpp`]), which never import each other; [`core`], which knows no wire format and no
 //! status; [`http`] plumbing. Beside them: [`state`], [`routes`] (the router, each protocol's
-//! routes in its error shape), [`server`] (socket and graceful shutdown), [`client`] (a small
+//! routes in its error shape), [`server`] (sockets, connection timeouts and graceful shutdown),
+//! [`tls`] (HTTPS on rustls), [`client`] (a small
 //! HTTP client for the load benchmark and the tests).
 //!
 //! `docs/API.md` lists every route and parameter, and what is refused and how.
@@ -30,9 +31,11 @@ pub mod openai;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod tls;
 
 pub use crate::core::error::ApiError;
 pub use crate::http::auth::ApiKeys;
 pub use routes::{app, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
 pub use state::{AppState, Generator, ServerConfig};
+pub use tls::TlsConfig;

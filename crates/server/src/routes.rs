@@ -189,9 +189,13 @@ fn cors(origins: &[String]) -> tower::util::Either<CorsLayer, tower::layer::util
     )
 }
 
-/// 200 when the model is loaded and the scheduler runs; 503 while loading or if the
+/// 200 when the model is loaded and the scheduler runs; 503 while loading, while draining
+/// for a shutdown (a load balancer's readiness probe takes the replica out), or if the
 /// scheduler's worker is gone.
-async fn health(Ready(g): Ready) -> Result<Json<Value>, ApiError> {
+async fn health(State(state): State<AppState>, Ready(g): Ready) -> Result<Json<Value>, ApiError> {
+    if state.is_draining() {
+        return Err(ApiError::Draining);
+    }
     if !g.scheduler.status().healthy {
         return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone));
     }
@@ -223,8 +227,13 @@ async fn model(Ready(g): Ready, Path(id): Path<String>) -> Result<Json<Value>, A
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let status = state.generator().ok().map(|g| g.scheduler.status());
-    let text = state.metrics.render(status.as_ref());
+    let generator = state.generator().ok();
+    let status = generator
+        .as_ref()
+        .map(|g| (g.scheduler.status(), g.model_id.clone()));
+    let text = state
+        .metrics
+        .render(status.as_ref().map(|(s, model)| (s, model.as_str())));
     (
         [(
             header::CONTENT_TYPE,

@@ -9,6 +9,8 @@
 //!   (`ferrox_connections_timed_out_total`);
 //! - **body timeout**: a body that stalls gets a 408 and the connection closes
 //!   (`http::params`);
+//! - **TLS** (`ServerConfig::tls`, `tls.rs`): the handshake runs in the connection's own task,
+//!   within the header timeout, so a slow handshake holds neither the loop nor anyone else;
 //! - **connection cap**: at most `ServerConfig::max_connections` are served at once; past it
 //!   the loop stops accepting and new connections wait in the kernel's backlog, so a flood of
 //!   sockets cannot take every file descriptor from the clients already being served.
@@ -27,13 +29,16 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
+use crate::http::metrics::Metrics;
 use crate::routes::app;
 use crate::state::AppState;
+use crate::tls::TlsConfig;
 
 /// How long streams cut at the end of the grace get to send their last event.
 const STREAM_FLUSH: Duration = Duration::from_millis(200);
@@ -57,6 +62,7 @@ pub async fn run(
         .header_read_timeout(config.header_timeout);
     let service = TowerToHyperService::new(app(state.clone()));
     let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let tls = config.tls.as_ref().map(TlsConfig::acceptor);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -78,20 +84,26 @@ pub async fn run(
             () = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(tcp), service.clone()));
-        let metrics = Arc::clone(&metrics);
+        let conn = Conn {
+            builder: builder.clone(),
+            service: service.clone(),
+            watcher: graceful.watcher(),
+            metrics: Arc::clone(&metrics),
+            tls: tls.clone(),
+            handshake_timeout: config.header_timeout,
+        };
         tokio::spawn(async move {
-            metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = conn.await {
-                if e.is_timeout() {
-                    metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            conn.metrics
+                .connections_open
+                .fetch_add(1, Ordering::Relaxed);
+            let metrics = Arc::clone(&conn.metrics);
+            conn.serve(tcp).await;
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });
     }
     drop(listener);
+    state.start_draining();
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     tokio::select! {
         () = graceful.shutdown() => {}
@@ -105,6 +117,47 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// What serving one accepted connection takes.
+struct Conn {
+    builder: http1::Builder,
+    service: TowerToHyperService<axum::Router>,
+    watcher: Watcher,
+    metrics: Arc<Metrics>,
+    tls: Option<TlsAcceptor>,
+    /// A TLS handshake must finish within the header timeout too.
+    handshake_timeout: Duration,
+}
+
+impl Conn {
+    async fn serve(self, tcp: TcpStream) {
+        let Some(acceptor) = &self.tls else {
+            let conn = self
+                .builder
+                .serve_connection(TokioIo::new(tcp), self.service);
+            return count(self.watcher.watch(conn).await, &self.metrics);
+        };
+        match tokio::time::timeout(self.handshake_timeout, acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => {
+                let conn = self
+                    .builder
+                    .serve_connection(TokioIo::new(stream), self.service);
+                count(self.watcher.watch(conn).await, &self.metrics);
+            }
+            Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+            Err(_) => {
+                self.metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Counts a connection closed by the header timeout.
+fn count(result: Result<(), hyper::Error>, metrics: &Metrics) {
+    if result.is_err_and(|e| e.is_timeout()) {
+        metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

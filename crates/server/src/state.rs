@@ -8,6 +8,7 @@
 //! state is set once, but nothing in a route depends on that).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +25,7 @@ use crate::http::auth::ApiKeys;
 use crate::http::metrics::Metrics;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::openai::store::{self, ResponseStore};
+use crate::tls::TlsConfig;
 
 /// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
 /// binary from flags and environment, by tests directly.
@@ -63,6 +65,8 @@ pub struct ServerConfig {
     /// Origins a browser may call from (exact `scheme://host[:port]` matches; `*`: any);
     /// empty: no CORS headers at all.
     pub cors_origins: Vec<String>,
+    /// Serve HTTPS with this certificate (`--tls-cert`, `--tls-key`); `None`: plain HTTP.
+    pub tls: Option<TlsConfig>,
 }
 
 impl ServerConfig {
@@ -111,6 +115,7 @@ impl Default for ServerConfig {
             api_keys: ApiKeys::default(),
             metrics_public: false,
             cors_origins: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -225,6 +230,9 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Stored responses of the Responses API; they outlive any one model.
     pub responses: Arc<ResponseStore>,
+    /// Set on the shutdown signal: `/health` answers 503 from then on, so a load balancer
+    /// takes the replica out while its in-flight requests finish.
+    draining: Arc<AtomicBool>,
 }
 
 impl AppState {
@@ -238,7 +246,17 @@ impl AppState {
                 config.responses_max_bytes,
             )),
             config: Arc::new(config),
+            draining: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The shutdown signal came (`server.rs`): no longer ready for new work.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     /// Makes the server ready. A second call is ignored (the first generator stays).

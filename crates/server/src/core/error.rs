@@ -77,6 +77,9 @@ pub enum ApiError {
     /// The server's shutdown grace ran out with this request still streaming.
     #[error("the server is shutting down; the request was cut off")]
     ShuttingDown,
+    /// The shutdown signal came: in-flight requests finish, nothing new should come here.
+    #[error("the server is shutting down and takes no new work")]
+    Draining,
     /// Generation started and failed (the model errored, or the worker recovered from a panic).
     #[error("generation failed: {message}")]
     GenerationFailed { message: String },
@@ -177,7 +180,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => ErrorClass::UnsupportedMediaType,
             ApiError::HostNotAllowed { .. } => ErrorClass::Forbidden,
             ApiError::NotImplemented { .. } => ErrorClass::NotImplemented,
-            ApiError::Loading | ApiError::ShuttingDown => ErrorClass::Unavailable,
+            ApiError::Loading | ApiError::ShuttingDown | ApiError::Draining => {
+                ErrorClass::Unavailable
+            }
             ApiError::GenerationFailed { .. } | ApiError::Internal { .. } => ErrorClass::Internal,
         }
     }
@@ -215,7 +220,7 @@ impl ApiError {
             ApiError::HostNotAllowed { .. } => "host_not_allowed",
             ApiError::NotImplemented { .. } => "not_implemented",
             ApiError::Loading => "model_loading",
-            ApiError::ShuttingDown => "shutting_down",
+            ApiError::ShuttingDown | ApiError::Draining => "shutting_down",
             ApiError::GenerationFailed { .. } => "generation_failed",
             ApiError::Internal { .. } => "internal_error",
         }

@@ -138,8 +138,9 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    /// The exposition text; `status` is `None` while the model loads.
-    pub fn render(&self, status: Option<&SchedulerStatus>) -> String {
+    /// The exposition text; `scheduler` (its status and the served model's id) is `None`
+    /// while the model loads.
+    pub fn render(&self, scheduler: Option<(&SchedulerStatus, &str)>) -> String {
         let mut out = String::with_capacity(4096);
         let _ = writeln!(
             out,
@@ -201,8 +202,9 @@ impl Metrics {
             "Requests refused with 401 for a missing or wrong API key.",
             self.auth_failures.load(Ordering::Relaxed),
         );
-        if let Some(s) = status {
+        if let Some((s, model)) = scheduler {
             render_scheduler(&mut out, s);
+            render_gateway(&mut out, s, model);
         }
         out
     }
@@ -384,6 +386,71 @@ pub async fn track_requests(
     response
 }
 
+/// The series in vLLM's names that gateways and routers scrape to pick a replica (the
+/// Gateway API Inference Extension's endpoint picker, vLLM's production-stack router), with
+/// vLLM's meanings: waiting = queued or preempted, running = in the batch (prefilling
+/// included), KV usage as a fraction, prefix-cache counters in tokens.
+fn render_gateway(out: &mut String, s: &SchedulerStatus, model: &str) {
+    let label = format!("{{model_name=\"{}\"}}", escape_label(model));
+    let mut series = |name: &str, kind: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{label} {value}"
+        );
+    };
+    series(
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Requests waiting: queued, or preempted and waiting to resume.",
+        (s.queued + s.preempted).to_string(),
+    );
+    series(
+        "vllm:num_requests_running",
+        "gauge",
+        "Sequences in the batch, prefilling or decoding.",
+        (s.running + s.prefilling).to_string(),
+    );
+    let used = s.blocks_total.saturating_sub(s.blocks_free);
+    series(
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "KV cache usage, 0 to 1 (blocks held by sequences over all blocks).",
+        (used as f64 / s.blocks_total.max(1) as f64).to_string(),
+    );
+    series(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prompt tokens looked up in the prefix cache.",
+        s.prefix_cache_queries.to_string(),
+    );
+    series(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prompt tokens served from the prefix cache.",
+        s.prefix_cache_hits.to_string(),
+    );
+    series(
+        "vllm:num_preemptions_total",
+        "counter",
+        "Sequences preempted for KV blocks.",
+        s.preemptions.to_string(),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP vllm:cache_config_info The KV cache's geometry.\n\
+         # TYPE vllm:cache_config_info gauge\n\
+         vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1",
+        s.block_size_tokens, s.blocks_total
+    );
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,7 +462,7 @@ mod tests {
         m.ttft.observe(Duration::from_millis(700));
         m.ttft.observe(Duration::from_secs(100));
         m.count_request("/v1/completions", 200);
-        let text = m.render(Some(&SchedulerStatus::default()));
+        let text = m.render(Some((&SchedulerStatus::default(), "m")));
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"1\"} 2\n"));
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
@@ -404,5 +471,35 @@ mod tests {
             text.contains("ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1\n")
         );
         assert!(text.contains("ferrox_refusals_total{type=\"queue_full\"} 0\n"));
+    }
+
+    #[test]
+    fn gateway_series_carry_vllms_names_and_meanings() {
+        let s = SchedulerStatus {
+            queued: 2,
+            preempted: 1,
+            running: 3,
+            prefilling: 1,
+            blocks_total: 200,
+            blocks_free: 150,
+            block_size_tokens: 16,
+            prefix_cache_queries: 1000,
+            prefix_cache_hits: 640,
+            preemptions: 4,
+            ..SchedulerStatus::default()
+        };
+        let text = Metrics::default().render(Some((&s, "my \"model\"")));
+        let m = "{model_name=\"my \\\"model\\\"\"}";
+        for line in [
+            format!("vllm:num_requests_waiting{m} 3"),
+            format!("vllm:num_requests_running{m} 4"),
+            format!("vllm:kv_cache_usage_perc{m} 0.25"),
+            format!("vllm:prefix_cache_queries_total{m} 1000"),
+            format!("vllm:prefix_cache_hits_total{m} 640"),
+            format!("vllm:num_preemptions_total{m} 4"),
+            "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"200\"} 1".to_string(),
+        ] {
+            assert!(text.contains(&format!("{line}\n")), "no {line} in\n{text}");
+        }
     }
 }

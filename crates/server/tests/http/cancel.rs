@@ -92,6 +92,24 @@ async fn shutdown_finishes_in_flight_requests_then_stops() {
     let mut events = r.events();
     let first = events.next_data().await.unwrap().unwrap();
     let stopped = s.trigger_shutdown();
+    // Draining: /health says 503 to a load balancer's probe while the stream finishes.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.state.is_draining() {
+        assert!(Instant::now() < deadline, "never drained");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let probe = axum::http::Request::get("/health")
+        .header("host", "127.0.0.1")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let health = tower::ServiceExt::oneshot(ferrox_server::app(s.state.clone()), probe)
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 503);
+    let body = axum::body::to_bytes(health.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("shutting_down"));
     // The stream still runs to its end: every one of its 300 tokens, its finish reason and
     // its terminator (whatever the token rate: a server that stopped without waiting would
     // cut it short).

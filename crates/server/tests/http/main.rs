@@ -14,4 +14,5 @@ mod llamacpp;
 mod responses;
 mod routes;
 mod structured;
+mod tls;
 mod tools;
