@@ -7,6 +7,7 @@
 #
 #   scripts/scale-out.sh            # the check
 #   KEEP=1 scripts/scale-out.sh     # leave the three processes running afterwards
+#   POLICY=round_robin scripts/scale-out.sh   # another smg policy (this one fails the check)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +48,7 @@ for i in 0 1; do wait_health "${urls[$i]}" "${pids[$i]}" "replica $((i + 1))"; d
 
 gport=$(free_port)
 smg launch --host 127.0.0.1 --port "$gport" --worker-urls "${urls[@]}" \
-    --policy cache_aware --health-check-interval-secs 2 --health-failure-threshold 1 \
+    --policy "${POLICY:-cache_aware}" --health-check-interval-secs 2 --health-failure-threshold 1 \
     --prometheus-port "$(free_port)" --log-level warn >"$logs/gateway.log" 2>&1 &
 pids+=($!)
 wait_health "http://127.0.0.1:$gport" "${pids[2]}" "the gateway"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: fetch the default model if it is not cached, then every Rust test
 # (unit, property, golden and HTTP tests; a test that needs the model fails without it), then
-# the Python client tests against a live server.
+# the Python client tests against a live server, then the scale-out test through a gateway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,3 +19,5 @@ FERROX_FUZZ_SEED_DIR="$seeds" cargo test -q -p ferrox-gguf --test hostile -- --i
     write_fuzz_seeds >/dev/null
 fuzz/target/debug/gguf_parse "$seeds"/* crates/gguf/tests/regressions/*.bin 2>&1 | tail -1
 bash scripts/client-tests.sh
+# Two replicas behind the SGLang Model Gateway (docs/DEPLOY.md).
+bash scripts/scale-out.sh
