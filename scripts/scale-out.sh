@@ -21,7 +21,7 @@ logs=$(mktemp -d)
 pids=()
 cleanup() {
     if [ -z "${KEEP:-}" ]; then
-        for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+        for p in "${pids[@]}"; do { kill -KILL "$p" && wait "$p"; } 2>/dev/null || true; done
     fi
     rm -rf "$logs"
 }

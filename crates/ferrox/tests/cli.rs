@@ -152,3 +152,49 @@ fn bench_reports_every_figure_it_measures() {
         );
     }
 }
+
+/// `ferrox serve`'s start-up refusals and warnings, which need no model: it fails on the
+/// missing file only after they are decided.
+#[test]
+fn serve_refuses_half_a_tls_pair_and_warns_about_an_open_bind_without_a_key() {
+    let serve = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+            .arg("serve")
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("FERROX_API_KEY")
+            .output()
+            .expect("ferrox starts");
+        assert!(!out.status.success(), "{args:?} must not serve");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = serve(&["--tls-cert", "cert.pem", "-m", "missing.gguf"]);
+    assert!(err.contains("--tls-key"), "{err}");
+    let err = serve(&[
+        "--tls-cert",
+        "no-cert.pem",
+        "--tls-key",
+        "no-key.pem",
+        "-m",
+        "missing.gguf",
+    ]);
+    assert!(err.contains("no-cert.pem"), "{err}");
+    let err = serve(&["--host", "0.0.0.0", "--port", "0", "-m", "missing.gguf"]);
+    assert!(err.contains("without an API key"), "{err}");
+    let err = serve(&[
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--api-key",
+        "sk-secret-1",
+        "-m",
+        "missing.gguf",
+    ]);
+    assert!(!err.contains("without an API key"), "{err}");
+    assert!(err.contains("API keys: 1 configured"), "{err}");
+    assert!(
+        !err.contains("sk-secret-1"),
+        "the key must never be logged: {err}"
+    );
+}

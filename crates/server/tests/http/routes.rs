@@ -10,7 +10,7 @@ use ferrox_server::{app, with_layers, AppState, ServerConfig};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use crate::common::{synthetic_state, tiny, TestServer};
+use crate::common::{slow, synthetic_state, tiny, TestServer};
 
 fn state() -> AppState {
     synthetic_state(&tiny(), SchedulerConfig::default(), ServerConfig::default())
@@ -208,4 +208,55 @@ async fn metrics_expose_every_series() {
     ] {
         assert!(text.contains(series), "missing {series:?} in\n{text}");
     }
+}
+
+/// Under load, the vLLM-named series a gateway reads say what ferrox's own say: two
+/// sequences running, one request waiting, the KV in use, the prefix-cache counters, the
+/// pool's geometry.
+#[tokio::test]
+async fn gateway_metrics_follow_the_load() {
+    let sched = SchedulerConfig {
+        max_seqs: 2,
+        ..SchedulerConfig::default()
+    };
+    let server = TestServer::start(synthetic_state(&slow(), sched, ServerConfig::default())).await;
+    let long = json!({"prompt": "a b c", "max_tokens": 3000, "ignore_eos": true, "stream": true});
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(server.post_raw("/v1/completions", long.clone()).await);
+    }
+    let loaded = |s: &ferrox_sched::SchedulerStatus| s.running == 2 && s.queued == 1;
+    assert!(
+        server
+            .wait_for(std::time::Duration::from_secs(10), loaded)
+            .await
+    );
+    let (_, text) = server.get("/metrics").await;
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    let m = "{model_name=\"synthetic\"}";
+    assert_eq!(value(&format!("vllm:num_requests_running{m}")), 2.0);
+    assert_eq!(value(&format!("vllm:num_requests_waiting{m}")), 1.0);
+    let used = value("ferrox_kv_blocks_used ");
+    let total = value("ferrox_kv_blocks_total ");
+    assert!(used > 0.0);
+    assert_eq!(value(&format!("vllm:kv_cache_usage_perc{m}")), used / total);
+    assert_eq!(
+        value(&format!("vllm:prefix_cache_queries_total{m}")),
+        value("ferrox_prefix_cache_queries_total ")
+    );
+    assert_eq!(
+        value(&format!("vllm:prefix_cache_hits_total{m}")),
+        value("ferrox_prefix_cache_hits_total ")
+    );
+    let geometry =
+        format!("vllm:cache_config_info{{block_size=\"16\",num_gpu_blocks=\"{total}\"}} 1");
+    assert!(text.contains(&geometry), "no {geometry} in\n{text}");
+    drop(streams);
 }
