@@ -5,25 +5,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{config, end_at_random, random_request, wait_for, wait_settled};
+use common::{config, end_at_random, long, random_request, wait_for, wait_settled};
 use ferrox_engine::sampler::SamplingError;
 use ferrox_sched::testkit::{FakeModel, Probe};
-use ferrox_sched::{
-    GenerationRequest, InvalidRequest, Refusal, SamplingParams, Scheduler, StopConfig,
-};
+use ferrox_sched::{InvalidRequest, Refusal, SamplingParams, Scheduler};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-/// A greedy request that never stops early.
-fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
-    GenerationRequest {
-        stop: StopConfig {
-            ignore_eos: true,
-            ..StopConfig::default()
-        },
-        ..GenerationRequest::greedy(prompt, max_tokens)
-    }
-}
 
 /// The index of the first forward call that carried a chunk starting at position 0 with
 /// `prompt`'s first tokens: when that request was admitted and started.

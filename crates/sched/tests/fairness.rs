@@ -6,19 +6,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{chunks_of, config};
+use common::{chunks_of, config, long};
 use ferrox_sched::testkit::{FakeModel, Probe};
-use ferrox_sched::{GenerationRequest, PrefillOrder, Scheduler, SchedulerConfig, StopConfig};
-
-fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
-    GenerationRequest {
-        stop: StopConfig {
-            ignore_eos: true,
-            ..StopConfig::default()
-        },
-        ..GenerationRequest::greedy(prompt, max_tokens)
-    }
-}
+use ferrox_sched::{PrefillOrder, Scheduler, SchedulerConfig};
 
 #[test]
 fn long_prompts_joining_delay_each_decode_by_at_most_one_chunk() {

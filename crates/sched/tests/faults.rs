@@ -6,20 +6,10 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{config, wait_for};
+use common::{config, long, wait_for};
 use ferrox_engine::kv::{KvShape, SeqChunk};
 use ferrox_sched::testkit::{FakeKv, FakeModel, Probe};
-use ferrox_sched::{FinishReason, GenerationRequest, Refusal, Scheduler, StepModel, StopConfig};
-
-fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
-    GenerationRequest {
-        stop: StopConfig {
-            ignore_eos: true,
-            ..StopConfig::default()
-        },
-        ..GenerationRequest::greedy(prompt, max_tokens)
-    }
-}
+use ferrox_sched::{FinishReason, Refusal, Scheduler, StepModel};
 
 fn is_error(reason: &FinishReason, needle: &str) -> bool {
     matches!(reason, FinishReason::Error(m) if m.contains(needle))

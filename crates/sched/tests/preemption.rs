@@ -7,23 +7,12 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    assert_same_run, chunks_of, cold_config, config, random_request, run_alone, wait_for,
+    assert_same_run, chunks_of, cold_config, config, long, random_request, run_alone, wait_for,
 };
 use ferrox_sched::testkit::{FakeModel, Probe};
-use ferrox_sched::{Event, GenerationRequest, Scheduler, StopConfig};
+use ferrox_sched::{Event, GenerationRequest, Scheduler};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-/// A greedy request that never stops early.
-fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
-    GenerationRequest {
-        stop: StopConfig {
-            ignore_eos: true,
-            ..StopConfig::default()
-        },
-        ..GenerationRequest::greedy(prompt, max_tokens)
-    }
-}
 
 /// 16 requests asking for 30,000 tokens each, on a pool that holds one such table (7,501
 /// blocks of 4) and a little more: reserving the worst case would run them one at a time.

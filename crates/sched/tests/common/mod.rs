@@ -14,6 +14,17 @@ use ferrox_sched::{
 use rand::rngs::StdRng;
 use rand::Rng;
 
+/// A greedy request that never stops early.
+pub fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+    GenerationRequest {
+        stop: StopConfig {
+            ignore_eos: true,
+            ..StopConfig::default()
+        },
+        ..GenerationRequest::greedy(prompt, max_tokens)
+    }
+}
+
 /// A config with small blocks and logging off; tests adjust the rest.
 pub fn config(max_seqs: usize, prefill_chunk_tokens: usize, kv_blocks: usize) -> SchedulerConfig {
     SchedulerConfig {
