@@ -34,6 +34,9 @@ pub struct SeqChunk<'a> {
     pub blocks: &'a [BlockId],
     /// Whether the step should return logits for the chunk's last token.
     pub want_logits: bool,
+    /// Whether the step should return the final hidden state (after the output norm) of
+    /// every token of the chunk: what an embedding pools.
+    pub want_hidden: bool,
 }
 
 /// KV storage for every layer, in blocks of `block_size` positions.

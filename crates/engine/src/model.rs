@@ -176,7 +176,23 @@ impl Model {
         chunks: &[SeqChunk],
         logits: &mut Vec<f32>,
     ) -> Result<(), EngineError> {
+        let mut hidden = Vec::new();
+        self.forward_multi_seq_hidden_into(kv, chunks, logits, &mut hidden)
+    }
+
+    /// [`Self::forward_multi_seq_into`], and into `hidden` (cleared first), flat, the final
+    /// hidden state (`n_embd` values, after the output norm) of every token of every chunk
+    /// with `want_hidden`, in chunk and token order. A row's hidden state is computed like
+    /// its logits: the same bits alone, batched or at any chunk size.
+    pub fn forward_multi_seq_hidden_into(
+        &self,
+        kv: &mut KvCache,
+        chunks: &[SeqChunk],
+        logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
+    ) -> Result<(), EngineError> {
         self.validate(kv, chunks)?;
+        hidden.clear();
         let n_out = chunks.iter().filter(|c| c.want_logits).count();
         // Every element is overwritten below, so a reused buffer is not zeroed again (resize
         // only fills what it adds, or truncates).
@@ -195,11 +211,12 @@ impl Model {
                     start_pos: c.start_pos + done,
                     blocks: c.blocks,
                     want_logits: c.want_logits && last,
+                    want_hidden: c.want_hidden,
                 });
                 rows += take;
                 done += take;
                 if rows == MAX_STEP_ROWS {
-                    filled += self.forward_rows(kv, &piece, &mut logits[filled..]);
+                    filled += self.forward_rows(kv, &piece, &mut logits[filled..], hidden);
                     piece.clear();
                     rows = 0;
                 }
@@ -209,15 +226,22 @@ impl Model {
             }
         }
         if !piece.is_empty() {
-            filled += self.forward_rows(kv, &piece, &mut logits[filled..]);
+            filled += self.forward_rows(kv, &piece, &mut logits[filled..], hidden);
         }
         debug_assert_eq!(filled, logits.len());
         Ok(())
     }
 
     /// One forward over at most [`MAX_STEP_ROWS`] validated rows; writes the logits rows at
-    /// the front of `out` and returns how many values it wrote.
-    fn forward_rows(&self, kv: &mut KvCache, chunks: &[SeqChunk], out: &mut [f32]) -> usize {
+    /// the front of `out` and returns how many values it wrote; appends the hidden rows of
+    /// the chunks that want them to `hidden`.
+    fn forward_rows(
+        &self,
+        kv: &mut KvCache,
+        chunks: &[SeqChunk],
+        out: &mut [f32],
+        hidden: &mut Vec<f32>,
+    ) -> usize {
         let cfg = &self.config;
         let mut queries = Vec::new();
         let mut tokens = Vec::new();
@@ -246,8 +270,19 @@ impl Model {
             self.layer(il, lw, kv, &queries, s);
         }
         let x = &s.x;
-        // Final norm and head, only for the rows that asked for logits.
         let d = cfg.n_embd;
+        // Every row of a chunk that wants hidden states, normed as the head would see it.
+        let mut row = 0;
+        for c in chunks {
+            let rows = row..row + c.tokens.len();
+            row = rows.end;
+            if c.want_hidden {
+                let from = hidden.len();
+                hidden.extend_from_slice(&x[rows.start * d..rows.end * d]);
+                rms_norm_rows(&mut hidden[from..], &self.weights.output_norm, cfg.rms_eps);
+            }
+        }
+        // Final norm and head, only for the rows that asked for logits.
         let mut last = Vec::new();
         let mut row = 0;
         for c in chunks {

@@ -65,6 +65,7 @@ fn run(
                         start_pos: done[s],
                         blocks: &tables[s],
                         want_logits: end == p.len(),
+                        want_hidden: false,
                     });
                     if end == p.len() {
                         who.push(s);
@@ -91,6 +92,7 @@ fn run(
                     start_pos: prompts[s].len() + step,
                     blocks: &tables[s],
                     want_logits: true,
+                    want_hidden: false,
                 })
                 .collect();
             let logits = step_logits(&mut kv, &chunks);

@@ -47,6 +47,7 @@ fn prefill(m: &Model, kv: &mut KvCache, blocks: &[u32], prompt: &[u32]) -> Vec<f
         start_pos: 0,
         blocks,
         want_logits: true,
+        want_hidden: false,
     };
     m.forward_multi_seq(kv, &[chunk]).unwrap()
 }
@@ -100,6 +101,7 @@ fn greedy_continuations_match_llama_cpp() {
                 start_pos: prompt.len() + i,
                 blocks: &blocks,
                 want_logits: true,
+                want_hidden: false,
             };
             logits = m.forward_multi_seq(&mut kv, &[chunk]).unwrap();
         }

@@ -210,6 +210,7 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
                 start_pos: 0,
                 blocks: &blocks,
                 want_logits: true,
+                want_hidden: false,
             }],
         )
         .unwrap();

@@ -66,6 +66,7 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
             start_pos: 0,
             blocks: table,
             want_logits: n_gen > 0,
+            want_hidden: false,
         };
         m.forward_multi_seq(&mut kv, &[chunk]).expect("prefill");
         last[s] = toks[toks.len() - 1];
@@ -83,6 +84,7 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
                 start_pos: prompt.max(1) + step,
                 blocks: table,
                 want_logits: true,
+                want_hidden: false,
             })
             .collect();
         m.forward_multi_seq_into(&mut kv, &chunks, &mut logits)

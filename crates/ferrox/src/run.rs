@@ -69,6 +69,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         cache_salt: None,
         reuse_cached_prompt: true,
         constraint: None,
+        embedding: None,
     };
     let mut stream = sched.submit(request).map_err(|e| e.to_string())?;
     let mut top = Vec::new();

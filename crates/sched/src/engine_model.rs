@@ -32,13 +32,18 @@ impl StepModel for Model {
         kv.copy_positions(from, to, positions);
     }
 
+    fn hidden_size(&self) -> usize {
+        self.config().n_embd
+    }
+
     fn forward(
         &self,
         kv: &mut KvCache,
         chunks: &[SeqChunk<'_>],
         logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
     ) -> Result<(), EngineError> {
-        self.forward_multi_seq_into(kv, chunks, logits)
+        self.forward_multi_seq_hidden_into(kv, chunks, logits, hidden)
     }
 
     fn run_parallel(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {

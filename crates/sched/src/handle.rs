@@ -276,6 +276,7 @@ impl RequestStream {
                     token_ids: std::mem::take(&mut self.token_ids),
                     text: std::mem::take(&mut self.text),
                     flushed_text: String::new(),
+                    embedding: None,
                 })
             }
         }

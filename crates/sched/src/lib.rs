@@ -50,7 +50,7 @@ pub use constraint::{Constraint, ConstraintFactory, TokenConstraint};
 pub use handle::{Collected, RequestStream, Scheduler, SchedulerHandle};
 pub use model::StepModel;
 pub use request::{
-    Completion, Event, FinishReason, GenerationRequest, RequestId, SamplingParams, StopConfig,
-    StopMatch, TokenEvent, Usage,
+    Completion, Event, FinishReason, GenerationRequest, Pooling, RequestId, SamplingParams,
+    StopConfig, StopMatch, TokenEvent, Usage,
 };
 pub use status::SchedulerStatus;

@@ -27,14 +27,19 @@ pub trait StepModel: Send + Sync + 'static {
     fn max_context(&self) -> usize;
     /// A cache of `n_blocks` blocks of `block_size_tokens` positions each, ids `0..n_blocks`.
     fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> Self::Kv;
-    /// One step over every chunk: writes each chunk's K/V into its blocks and sets `logits` to
-    /// one row of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat. The
-    /// worker passes the same buffer every step (no fresh 16 MB allocation per step).
+    /// Values in one token's final hidden state (what an embedding pools).
+    fn hidden_size(&self) -> usize;
+    /// One step over every chunk: writes each chunk's K/V into its blocks, sets `logits` to
+    /// one row of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat, and
+    /// `hidden` to one row of `hidden_size` values per token of every chunk with
+    /// `want_hidden`, in chunk and token order. The worker passes the same buffers every
+    /// step (no fresh 16 MB allocation per step).
     fn forward(
         &self,
         kv: &mut Self::Kv,
         chunks: &[SeqChunk<'_>],
         logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
     ) -> Result<(), Self::Error>;
     /// Copies the KV of the first `positions` slots of block `from` into block `to` (the
     /// prefix cache reuses part of a block this way; `from == to` is a no-op).

@@ -35,6 +35,22 @@ pub struct GenerationRequest {
     /// What each drawn token must obey (a grammar, a JSON schema), if anything; each row
     /// starts its own state from it. See `constraint.rs`.
     pub constraint: Option<Constraint>,
+    /// Embed the prompt instead of generating: the row only prefills, pooling the final
+    /// hidden states of its tokens this way, and ends with `Completion::embedding` (no token
+    /// is sampled; `max_tokens` only counts against the context). It never attaches cached
+    /// blocks — pooling needs every position's hidden state — but still publishes its own.
+    pub embedding: Option<Pooling>,
+}
+
+/// How an embedding pools its tokens' hidden states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over every token.
+    Mean,
+    /// The first token's (BERT's `[CLS]`).
+    Cls,
+    /// The last token's (decoder embedding models).
+    Last,
 }
 
 impl GenerationRequest {
@@ -49,6 +65,7 @@ impl GenerationRequest {
             cache_salt: None,
             reuse_cached_prompt: true,
             constraint: None,
+            embedding: None,
         }
     }
 }
@@ -100,6 +117,9 @@ pub struct Completion {
     /// Text held back until the end and released by it (a tail that never became a stop
     /// string); a streaming client sends it after the last token.
     pub flushed_text: String,
+    /// The pooled hidden state of an embedding request (not normalized); `None` otherwise,
+    /// and for an embedding that did not finish.
+    pub embedding: Option<Vec<f32>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

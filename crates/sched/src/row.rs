@@ -40,7 +40,9 @@ use crate::constraint::RowConstraint;
 use crate::model::StepModel;
 use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::Pending;
-use crate::request::{Completion, Event, FinishReason, RequestId, StopMatch, TokenEvent, Usage};
+use crate::request::{
+    Completion, Event, FinishReason, Pooling, RequestId, StopMatch, TokenEvent, Usage,
+};
 use crate::stop::StopMatcher;
 
 #[derive(Debug)]
@@ -65,6 +67,8 @@ pub(crate) struct Row {
     reuse: bool,
     /// What the row may draw, if the request is constrained (`constraint.rs`).
     constraint: Option<RowConstraint>,
+    /// An embedding request's pooled hidden states so far; such a row never samples.
+    embedding: Option<Pooled>,
     /// Blocks `0..published` are attached from the cache or published to it.
     published: usize,
     /// Prompt tokens attached from the cache instead of computed, before any preemption
@@ -80,6 +84,49 @@ pub(crate) struct Row {
     text: String,
     events: UnboundedSender<Event>,
     lease: KvLease,
+}
+
+/// An embedding row's pooling, fed each computed token's hidden state in position order.
+#[derive(Debug)]
+struct Pooled {
+    pooling: Pooling,
+    /// The running sum (mean), the first row (cls) or the latest row (last).
+    acc: Vec<f32>,
+    rows: usize,
+}
+
+impl Pooled {
+    fn new(pooling: Pooling) -> Self {
+        Self {
+            pooling,
+            acc: Vec::new(),
+            rows: 0,
+        }
+    }
+
+    fn push(&mut self, row: &[f32]) {
+        match self.pooling {
+            Pooling::Mean if self.rows > 0 => {
+                self.acc.iter_mut().zip(row).for_each(|(a, &v)| *a += v);
+            }
+            Pooling::Cls if self.rows > 0 => {}
+            _ => {
+                self.acc.clear();
+                self.acc.extend_from_slice(row);
+            }
+        }
+        self.rows += 1;
+    }
+
+    fn result(&self) -> Vec<f32> {
+        match self.pooling {
+            Pooling::Mean => {
+                let n = self.rows.max(1) as f32;
+                self.acc.iter().map(|&a| a / n).collect()
+            }
+            Pooling::Cls | Pooling::Last => self.acc.clone(),
+        }
+    }
 }
 
 /// A row's draw in one step ([`Row::sample`]).
@@ -132,7 +179,9 @@ impl Row {
             slot: _,
         } = pending;
         let prompt_tokens = request.prompt_ids.len();
-        let reuse = request.reuse_cached_prompt;
+        // Pooling needs every position's hidden state: an embedding computes them all.
+        let reuse = request.reuse_cached_prompt && request.embedding.is_none();
+        let embedding = request.embedding.map(Pooled::new);
         let constraint = request
             .constraint
             .as_ref()
@@ -152,6 +201,7 @@ impl Row {
             published: attached,
             reuse,
             constraint,
+            embedding,
             cached_tokens: attached * block_size,
             resumed: false,
             max_tokens: request.max_tokens,
@@ -283,6 +333,10 @@ impl Row {
         self.computed = 0;
         self.published = 0;
         self.resumed = true;
+        // It will compute (and pool) every position again.
+        if let Some(p) = &mut self.embedding {
+            *p = Pooled::new(p.pooling);
+        }
     }
 
     /// Places a preempted row on a new lease, the first `attached` blocks of which came from
@@ -301,8 +355,27 @@ impl Row {
             tokens: &self.tokens[self.computed..end],
             start_pos: self.computed,
             blocks: self.lease.blocks(),
-            want_logits: end == self.tokens.len(),
+            want_logits: end == self.tokens.len() && self.embedding.is_none(),
+            want_hidden: self.embedding.is_some(),
         }
+    }
+
+    /// Whether this row's chunks bring back hidden states (an embedding).
+    pub(crate) fn wants_hidden(&self) -> bool {
+        self.embedding.is_some()
+    }
+
+    /// Feeds an embedding row the hidden states of the positions its last chunk computed,
+    /// `hidden_size` values each, in position order.
+    pub(crate) fn pool(&mut self, rows: &[f32], hidden_size: usize) {
+        if let Some(p) = &mut self.embedding {
+            rows.chunks_exact(hidden_size).for_each(|r| p.push(r));
+        }
+    }
+
+    /// An embedding row whose every prompt position is pooled: it is done.
+    pub(crate) fn embedded(&self) -> bool {
+        self.embedding.is_some() && self.computed == self.prompt_tokens
     }
 
     /// Records that the forward wrote `n` more positions, and publishes every block that is
@@ -466,6 +539,10 @@ impl Row {
             _ => self.stop.finish(),
         };
         self.text.push_str(&flushed_text);
+        let embedding = match (&finish.reason, &self.embedding) {
+            (FinishReason::Stop, Some(p)) if self.embedded() => Some(p.result()),
+            _ => None,
+        };
         let completion = Completion {
             finish_reason: finish.reason,
             stopped_by: finish.stopped_by,
@@ -477,6 +554,7 @@ impl Row {
             token_ids: self.tokens[self.prompt_tokens..].to_vec(),
             text: self.text,
             flushed_text,
+            embedding,
         };
         // A client that is gone has nobody to tell.
         let _ = self.events.send(Event::Done(completion));
@@ -496,6 +574,7 @@ pub(crate) fn finish_pending(pending: Pending, reason: FinishReason) {
         token_ids: Vec::new(),
         text: String::new(),
         flushed_text: String::new(),
+        embedding: None,
     };
     let _ = pending.events.send(Event::Done(completion));
 }

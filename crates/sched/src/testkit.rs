@@ -51,6 +51,8 @@ impl FakeModel {
     pub const EOS: u32 = 0;
     pub const ERROR: u32 = 62;
     pub const POISON: u32 = 63;
+    /// Values in a token's fake hidden state.
+    pub const HIDDEN: usize = 8;
 
     pub fn hash() -> Self {
         Self {
@@ -83,6 +85,45 @@ impl FakeModel {
                 _ => panic!("the fake vocabulary has no {b:?}"),
             })
             .collect()
+    }
+
+    /// Positions `0..=last` of a sequence as its KV blocks hold them (each slot must hold
+    /// the token written for that very position).
+    fn read_back(
+        kv: &FakeKv,
+        blocks: &[BlockId],
+        last: usize,
+    ) -> Result<Vec<(u32, usize)>, String> {
+        let mut seq = Vec::with_capacity(last + 1);
+        for pos in 0..=last {
+            let slot = Self::slot(kv, blocks, pos)
+                .ok_or_else(|| format!("position {pos} is beyond the block table"))?;
+            match kv.slots[slot] {
+                Some((t, p)) if p == pos => seq.push((t, p)),
+                other => return Err(format!("position {pos} holds {other:?}")),
+            }
+        }
+        Ok(seq)
+    }
+
+    /// The fake hidden state of the last of `tokens` (a sequence from position 0): what a
+    /// test computes its expected embeddings from.
+    pub fn hidden_state(tokens: &[u32]) -> Vec<f32> {
+        let seq: Vec<(u32, usize)> = tokens.iter().enumerate().map(|(p, &t)| (t, p)).collect();
+        let mut out = Vec::new();
+        Self::hidden_row(&seq, &mut out);
+        out
+    }
+
+    /// A token's "hidden state": [`Self::HIDDEN`] values hashed from its whole sequence.
+    fn hidden_row(seq: &[(u32, usize)], out: &mut Vec<f32>) {
+        let h = seq.iter().fold(0x9abc_def0u64, |h, &(t, p)| {
+            mix(h ^ mix(u64::from(t) << 32 | p as u64))
+        });
+        out.extend((0..Self::HIDDEN as u64).map(|v| {
+            let bits = mix(h ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 40;
+            bits as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }));
     }
 
     fn slot(kv: &FakeKv, blocks: &[BlockId], pos: usize) -> Option<usize> {
@@ -164,13 +205,19 @@ impl StepModel for FakeModel {
         kv.slots.copy_within(from..from + positions, to);
     }
 
+    fn hidden_size(&self) -> usize {
+        Self::HIDDEN
+    }
+
     fn forward(
         &self,
         kv: &mut FakeKv,
         chunks: &[SeqChunk<'_>],
         out: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
     ) -> Result<(), String> {
         out.clear();
+        hidden.clear();
         for c in chunks {
             if c.tokens.contains(&Self::POISON) {
                 panic!("fake model: poison token");
@@ -184,17 +231,14 @@ impl StepModel for FakeModel {
                     .ok_or_else(|| format!("position {pos} is beyond the block table"))?;
                 kv.slots[slot] = Some((t, pos));
             }
-            if c.want_logits {
-                let last = c.start_pos + c.tokens.len() - 1;
-                let mut seq = Vec::with_capacity(last + 1);
-                for pos in 0..=last {
-                    let slot = Self::slot(kv, c.blocks, pos)
-                        .ok_or_else(|| format!("position {pos} is beyond the block table"))?;
-                    match kv.slots[slot] {
-                        Some((t, p)) if p == pos => seq.push((t, p)),
-                        other => return Err(format!("position {pos} holds {other:?}")),
-                    }
+            if c.want_hidden {
+                for i in 0..c.tokens.len() {
+                    let seq = Self::read_back(kv, c.blocks, c.start_pos + i)?;
+                    Self::hidden_row(&seq, hidden);
                 }
+            }
+            if c.want_logits {
+                let seq = Self::read_back(kv, c.blocks, c.start_pos + c.tokens.len() - 1)?;
                 self.row(&seq, out);
             }
         }
@@ -328,11 +372,16 @@ impl<M: StepModel> StepModel for Probe<M> {
         self.inner.copy_kv(kv, from, to, positions)
     }
 
+    fn hidden_size(&self) -> usize {
+        self.inner.hidden_size()
+    }
+
     fn forward(
         &self,
         kv: &mut M::Kv,
         chunks: &[SeqChunk<'_>],
         logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
     ) -> Result<(), M::Error> {
         if let Some((m, cv)) = &self.gate {
             let mut g = m.lock().unwrap();
@@ -357,7 +406,7 @@ impl<M: StepModel> StepModel for Probe<M> {
                 })
                 .collect(),
         );
-        self.inner.forward(kv, chunks, logits)
+        self.inner.forward(kv, chunks, logits, hidden)
     }
 
     fn is_eog(&self, id: u32) -> bool {

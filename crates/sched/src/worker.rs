@@ -103,8 +103,9 @@ pub(crate) struct Worker<M: StepModel> {
     last_prefilled: Option<RequestId>,
     stats: WorkerStats,
     shared: Arc<Shared>,
-    /// Scratch reused every step: the step's logits and one token's bytes.
+    /// Scratch reused every step: the step's logits, hidden states and one token's bytes.
     logits: Vec<f32>,
+    hidden: Vec<f32>,
     token_bytes: Vec<u8>,
     last_log: (Instant, u64),
 }
@@ -143,6 +144,7 @@ impl<M: StepModel> Worker<M> {
             stats,
             shared,
             logits: Vec::new(),
+            hidden: Vec::new(),
             token_bytes: Vec::new(),
             last_log: (Instant::now(), 0),
         }
@@ -405,7 +407,10 @@ impl<M: StepModel> Worker<M> {
             .map(|&(id, n)| self.rows[&id].next_chunk(n))
             .collect();
         let mut logits = std::mem::take(&mut self.logits);
-        let result = self.model.forward(&mut self.kv, &chunks, &mut logits);
+        let mut hidden = std::mem::take(&mut self.hidden);
+        let result = self
+            .model
+            .forward(&mut self.kv, &chunks, &mut logits, &mut hidden);
         drop(chunks);
         self.stats.steps += 1;
         if let Some((id, _)) = plan.prefill {
@@ -414,7 +419,7 @@ impl<M: StepModel> Worker<M> {
         let vocab = self.limits.vocab_size;
         match result {
             Ok(()) if logits.len() == plan.sampled.len() * vocab => {
-                self.deliver(&plan, &mut logits)
+                self.deliver(&plan, &mut logits, &hidden)
             }
             Ok(()) => {
                 let rows = plan.sampled.len();
@@ -427,16 +432,32 @@ impl<M: StepModel> Worker<M> {
             Err(e) => self.fail_rows(&plan, &format!("forward failed: {e}")),
         }
         self.logits = logits;
+        self.hidden = hidden;
     }
 
-    /// After a forward: records the written positions, samples every row that got logits,
-    /// sends its token, and retires the rows that finished.
-    fn deliver(&mut self, plan: &StepPlan, logits: &mut [f32]) {
+    /// After a forward: records the written positions, pools the hidden states of embedding
+    /// rows (retiring those that are done), samples every row that got logits, sends its
+    /// token, and retires the rows that finished.
+    fn deliver(&mut self, plan: &StepPlan, logits: &mut [f32], hidden: &[f32]) {
+        let d = self.model.hidden_size();
+        let mut embedded = Vec::new();
+        let mut at = 0;
         for &(id, n) in &plan.chunks {
-            self.rows
+            let row = self
+                .rows
                 .get_mut(&id)
-                .expect("planned rows are in the batch")
-                .advance(n);
+                .expect("planned rows are in the batch");
+            row.advance(n);
+            if row.wants_hidden() {
+                row.pool(&hidden[at..at + n * d], d);
+                at += n * d;
+                if row.embedded() {
+                    embedded.push(id);
+                }
+            }
+        }
+        for id in embedded {
+            self.retire(id, Finish::new(FinishReason::Stop));
         }
         self.stats.tokens_decoded += plan.decode_rows as u64;
         self.stats.tokens_prefilled += plan.prefill.map_or(0, |(_, n)| n) as u64;

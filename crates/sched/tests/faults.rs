@@ -89,13 +89,17 @@ impl StepModel for NoKv {
         panic!("no memory for the KV cache");
     }
     fn copy_kv(&self, _: &mut FakeKv, _: u32, _: u32, _: usize) {}
+    fn hidden_size(&self) -> usize {
+        self.0.hidden_size()
+    }
     fn forward(
         &self,
         kv: &mut FakeKv,
         chunks: &[SeqChunk<'_>],
         logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
     ) -> Result<(), String> {
-        self.0.forward(kv, chunks, logits)
+        self.0.forward(kv, chunks, logits, hidden)
     }
     fn is_eog(&self, id: u32) -> bool {
         self.0.is_eog(id)

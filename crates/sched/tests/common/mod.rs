@@ -115,6 +115,7 @@ pub fn random_request(
         cache_salt: None,
         reuse_cached_prompt: true,
         constraint: None,
+        embedding: None,
     }
 }
 

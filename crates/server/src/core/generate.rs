@@ -183,6 +183,7 @@ impl Generator {
                 cache_salt: options.cache_salt.clone(),
                 reuse_cached_prompt: options.reuse_cached_prompt,
                 constraint: constraint.clone(),
+                embedding: None,
             };
             // On a refusal, `choices` drops here with the streams already accepted, which
             // cancels them.
