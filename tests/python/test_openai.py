@@ -160,6 +160,25 @@ def test_chat_logprobs():
         assert isinstance(entry.bytes, list)
 
 
+def test_embeddings_are_unit_vectors_and_a_batch_equals_each_input_alone():
+    texts = ["The capital of France is", "Paris"]
+    r = client.embeddings.create(model=model(), input=texts, encoding_format="float")
+    assert [d.index for d in r.data] == [0, 1]
+    for d in r.data:
+        assert abs(sum(x * x for x in d.embedding) - 1) < 1e-4
+    assert r.data[0].embedding != r.data[1].embedding
+    alone = client.embeddings.create(model=model(), input=texts[1], encoding_format="float")
+    assert alone.data[0].embedding == r.data[1].embedding
+    assert r.usage.prompt_tokens == r.usage.total_tokens > alone.usage.prompt_tokens > 0
+    # The SDK's default asks for base64 and decodes it: the same vector, to f32 precision.
+    b64 = client.embeddings.create(model=model(), input=texts[1])
+    assert len(b64.data[0].embedding) == len(alone.data[0].embedding)
+    assert all(abs(a - b) < 1e-6 for a, b in zip(b64.data[0].embedding, alone.data[0].embedding))
+    expect_error(openai.BadRequestError,
+                 lambda: client.embeddings.create(model=model(), input="x", dimensions=8),
+                 param="dimensions")
+
+
 def test_completion_logprobs():
     # ignore_eos: every generated token is a text token with its logprobs.
     r = complete(logprobs=2, extra_body={"ignore_eos": True})

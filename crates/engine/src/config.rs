@@ -89,6 +89,9 @@ pub struct ModelConfig {
     pub attn_scale: f32,
     /// Gemma 2 style tanh soft-capping of the final logits, if the file sets it.
     pub final_logit_softcap: Option<f32>,
+    /// How the file says its embeddings pool (`{arch}.pooling_type`, llama.cpp's numbering:
+    /// 0 none, 1 mean, 2 cls, 3 last, 4 rank), if it says.
+    pub pooling_type: Option<usize>,
 }
 
 impl ModelConfig {
@@ -188,6 +191,7 @@ impl ModelConfig {
             scale_embeddings: arch == Arch::Gemma3,
             attn_scale,
             final_logit_softcap: opt_f32(f, &key("final_logit_softcapping"))?,
+            pooling_type: opt_usize(f, &key("pooling_type"))?,
         })
     }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrox_engine::Model;
-use ferrox_sched::{KvBudget, SchedulerConfig};
+use ferrox_sched::{KvBudget, Pooling, SchedulerConfig};
 use ferrox_server::{ApiKeys, AppState, Generator, ServerConfig, TlsConfig};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -102,6 +102,10 @@ pub struct ServeArgs {
     /// `*`: any). Default: no CORS headers.
     #[arg(long, env = "FERROX_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
+    /// How /v1/embeddings pools a prompt's hidden states [default: the GGUF's
+    /// `pooling_type`, else mean].
+    #[arg(long, env = "FERROX_POOLING", value_enum)]
+    pub pooling: Option<PoolingArg>,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
     #[arg(long, env = "FERROX_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -195,8 +199,24 @@ impl ServeArgs {
             metrics_public: self.metrics_public,
             cors_origins: self.cors_origins.clone(),
             tls,
+            pooling: self.pooling.map(|p| match p {
+                PoolingArg::Mean => Pooling::Mean,
+                PoolingArg::Cls => Pooling::Cls,
+                PoolingArg::Last => Pooling::Last,
+            }),
         })
     }
+}
+
+/// `--pooling`'s values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum PoolingArg {
+    /// The mean of every token's hidden state.
+    Mean,
+    /// The first token's.
+    Cls,
+    /// The last token's.
+    Last,
 }
 
 /// Runs the server until SIGINT or SIGTERM.

@@ -54,6 +54,12 @@ pub enum Pooling {
 }
 
 impl GenerationRequest {
+    /// Whether the request may take its prompt's KV from the cache: it asked to (the
+    /// default), and it is not an embedding (which must compute every position to pool it).
+    pub fn reuses_cache(&self) -> bool {
+        self.reuse_cached_prompt && self.embedding.is_none()
+    }
+
     /// A greedy request with no stop strings and no logprobs.
     pub fn greedy(prompt_ids: Vec<u32>, max_tokens: usize) -> Self {
         Self {

@@ -179,8 +179,7 @@ impl Row {
             slot: _,
         } = pending;
         let prompt_tokens = request.prompt_ids.len();
-        // Pooling needs every position's hidden state: an embedding computes them all.
-        let reuse = request.reuse_cached_prompt && request.embedding.is_none();
+        let reuse = request.reuses_cache();
         let embedding = request.embedding.map(Pooled::new);
         let constraint = request
             .constraint

@@ -230,7 +230,7 @@ impl<M: StepModel> Worker<M> {
                 return;
             };
             let prompt_tokens = front.request.prompt_ids.len();
-            let chain = front.request.reuse_cached_prompt.then(|| {
+            let chain = front.request.reuses_cache().then(|| {
                 let n = Row::attachable_blocks(prompt_tokens, self.limits.block_size_tokens);
                 &front.chain[..n.min(front.chain.len())]
             });

@@ -41,21 +41,24 @@ fn expected(prompt: &[u32], pooling: Pooling) -> Vec<f32> {
     }
 }
 
-/// A random mix of generation and embedding requests, the embeddings' prompts sharing
-/// prefixes with the generations' (so a cache hit would be tempting).
+/// A random mix of generation and embedding requests; half the embeddings repeat an earlier
+/// request's prompt, whose blocks are cached by then (a hit would be tempting, and wrong:
+/// pooling needs every position).
 fn mix(rng: &mut StdRng, n: usize) -> Vec<GenerationRequest> {
     let avoid = [FakeModel::ERROR, FakeModel::POISON];
-    (0..n)
-        .map(|_| {
-            let r = random_request(rng, FakeModel::VOCAB as u32, &avoid, 40, 16, Some(4));
-            if rng.gen_bool(0.5) {
-                let pooling = [Pooling::Mean, Pooling::Cls, Pooling::Last][rng.gen_range(0..3)];
-                embed(r.prompt_ids, pooling)
-            } else {
-                r
+    let mut out: Vec<GenerationRequest> = Vec::new();
+    for _ in 0..n {
+        let mut r = random_request(rng, FakeModel::VOCAB as u32, &avoid, 40, 16, Some(4));
+        if rng.gen_bool(0.5) {
+            if !out.is_empty() && rng.gen_bool(0.5) {
+                r.prompt_ids = out[rng.gen_range(0..out.len())].prompt_ids.clone();
             }
-        })
-        .collect()
+            let pooling = [Pooling::Mean, Pooling::Cls, Pooling::Last][rng.gen_range(0..3)];
+            r = embed(r.prompt_ids, pooling);
+        }
+        out.push(r);
+    }
+    out
 }
 
 #[test]

@@ -59,6 +59,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models/:id", get(model))
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/completions", post(openai::completions::handle))
+        .route("/v1/embeddings", post(openai::embeddings::handle))
         .route("/v1/responses", post(openai::responses::create))
         .route(
             "/v1/responses/:id",

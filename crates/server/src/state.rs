@@ -17,7 +17,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use ferrox_engine::template::ChatTemplate;
 use ferrox_engine::Model;
-use ferrox_sched::{Scheduler, SchedulerConfig, SchedulerHandle};
+use ferrox_sched::{Pooling, Scheduler, SchedulerConfig, SchedulerHandle};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::Grammars;
@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// Serve HTTPS with this certificate (`--tls-cert`, `--tls-key`); `None`: plain HTTP.
     pub tls: Option<TlsConfig>,
+    /// How embeddings pool (`--pooling`); `None`: as the GGUF says (`pooling_type`), else
+    /// the mean.
+    pub pooling: Option<Pooling>,
 }
 
 impl ServerConfig {
@@ -116,6 +119,7 @@ impl Default for ServerConfig {
             metrics_public: false,
             cors_origins: Vec::new(),
             tls: None,
+            pooling: None,
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct Generator {
     /// Longest `prompt + max_tokens` the scheduler admits (its `Limits`).
     pub context_tokens: usize,
     pub default_max_tokens: usize,
+    /// How `/v1/embeddings` pools a prompt's hidden states.
+    pub pooling: Pooling,
     pub metrics: Arc<Metrics>,
     /// Unix seconds when the model was loaded (`created` in `/v1/models`).
     pub created: u64,
@@ -177,6 +183,12 @@ impl Generator {
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
+        let pooling = config.pooling.unwrap_or(match model.config().pooling_type {
+            Some(2) => Pooling::Cls,
+            Some(3) => Pooling::Last,
+            // Mean (1), and for files that say none (0), rank (4) or nothing.
+            _ => Pooling::Mean,
+        });
         Ok(Generator {
             grammars: Grammars::new(Arc::clone(&model)),
             model,
@@ -187,6 +199,7 @@ impl Generator {
             model_id,
             context_tokens,
             default_max_tokens: config.default_max_tokens.max(1),
+            pooling,
             metrics,
             created: unix_now(),
             stop_streams: tokio::sync::watch::channel(false).0,

@@ -13,6 +13,7 @@
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
 //!   each protocol its body).
 
+pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod grammar;

@@ -11,6 +11,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod parse;
 pub mod responses;
 mod responses_stream;

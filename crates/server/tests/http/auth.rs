@@ -28,6 +28,7 @@ const ROUTES: &[(&str, &str, &str, bool)] = &[
         false,
     ),
     ("POST", "/v1/completions", "/v1/completions", false),
+    ("POST", "/v1/embeddings", "/v1/embeddings", false),
     ("POST", "/v1/responses", "/v1/responses", false),
     ("GET", "/v1/responses/resp_x", "/v1/responses/:id", false),
     ("DELETE", "/v1/responses/resp_x", "/v1/responses/:id", false),

@@ -8,6 +8,7 @@ mod auth;
 mod cancel;
 mod connections;
 mod default_model;
+mod embeddings;
 mod errors;
 mod generation;
 mod llamacpp;

@@ -1,0 +1,89 @@
+//! The one embedding path: inputs (texts or token ids) in, one L2-normalised vector each
+//! out. Each input is one scheduler request with `embedding` set — a prefill-only row that
+//! runs in the same steps as generation (docs/SCHEDULER.md) — so embeddings batch with
+//! everything else on one decode path; a batched input equals the same input embedded alone,
+//! bit for bit, as the scheduler's tests pin.
+//!
+//! Inputs are tokenized like a completion prompt (BOS as the model's metadata says, special
+//! tokens parsed); token-id inputs are taken as given. All inputs of a request are submitted
+//! before any is awaited, so they share steps; a refusal of any drops (and so cancels) those
+//! already submitted.
+
+use std::sync::Arc;
+
+use ferrox_sched::{Event, FinishReason, GenerationRequest};
+
+use crate::core::error::ApiError;
+use crate::core::generate::prompt_ids;
+use crate::core::request::{Input, Prompt};
+use crate::state::Generator;
+
+/// One input's vector and how many tokens it had.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedding {
+    pub vector: Vec<f32>,
+    pub tokens: usize,
+}
+
+/// Embeds every input, in order.
+pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedding>, ApiError> {
+    let mut streams = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let ids = prompt_ids(g, Input::Completion(input)).await?;
+        let tokens = ids.len();
+        let request = GenerationRequest {
+            embedding: Some(g.pooling),
+            ..GenerationRequest::greedy(ids, 1)
+        };
+        streams.push((g.scheduler.submit(request)?, tokens));
+    }
+    let mut out = Vec::with_capacity(streams.len());
+    for (mut stream, tokens) in streams {
+        let completion = loop {
+            match stream.recv().await {
+                Some(Event::Done(c)) => break c,
+                Some(Event::Token(_)) => continue,
+                None => return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone)),
+            }
+        };
+        let vector = match (completion.finish_reason, completion.embedding) {
+            (FinishReason::Stop, Some(v)) => normalized(v),
+            (FinishReason::Error(message), _) => {
+                return Err(ApiError::GenerationFailed { message })
+            }
+            (reason, _) => {
+                return Err(ApiError::Internal {
+                    message: format!("an embedding ended without a vector ({reason:?})"),
+                })
+            }
+        };
+        out.push(Embedding { vector, tokens });
+    }
+    Ok(out)
+}
+
+/// `v / |v|` (a zero vector stays zero).
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        v.iter_mut()
+            .for_each(|x| *x = (f64::from(*x) / norm) as f32);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_come_out_unit_length() {
+        let v = normalized(vec![3.0, 4.0]);
+        assert_eq!(v, [0.6, 0.8]);
+        assert_eq!(normalized(vec![0.0, 0.0]), [0.0, 0.0]);
+    }
+}

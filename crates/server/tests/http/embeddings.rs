@@ -1,0 +1,148 @@
+//! `POST /v1/embeddings` (`openai/embeddings.rs`, `core/embed.rs`): OpenAI's shape, unit
+//! vectors of the model's width, a batch equal to each input alone, base64 equal to the
+//! floats, and every refusal named.
+
+use ferrox_sched::SchedulerConfig;
+use ferrox_server::ServerConfig;
+use serde_json::{json, Value};
+
+use crate::common::{synthetic_state, tiny, TestServer};
+
+async fn server() -> TestServer {
+    TestServer::start(synthetic_state(
+        &tiny(),
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .expect("a list of floats")
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// Standard base64, decoded, as little-endian f32s.
+fn from_base64(s: &str) -> Vec<f32> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let mut bytes = Vec::new();
+    for quad in s.as_bytes().chunks(4) {
+        let n = quad
+            .iter()
+            .take_while(|&&c| c != b'=')
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | u32::from(value(c)) << (18 - 6 * i));
+        let keep = quad.iter().filter(|&&c| c != b'=').count() - 1;
+        bytes.extend_from_slice(&n.to_be_bytes()[1..1 + keep]);
+    }
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reply_has_openais_shape_and_unit_vectors_of_the_models_width() {
+    let s = server().await;
+    let g = s.state.generator().unwrap();
+    let (status, v) = s
+        .post(
+            "/v1/embeddings",
+            json!({"input": "hello world", "model": g.model_id}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], g.model_id.as_str());
+    let item = &v["data"][0];
+    assert_eq!(
+        (item["object"].as_str(), item["index"].as_u64()),
+        (Some("embedding"), Some(0))
+    );
+    let e = floats(&item["embedding"]);
+    assert_eq!(e.len(), g.model.config().n_embd);
+    let norm: f64 = e.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    assert!((norm - 1.0).abs() < 1e-5, "|e|^2 = {norm}");
+    let tok = g.model.tokenizer();
+    let n = tok.encode("hello world", tok.add_bos_default(), true).len();
+    assert_eq!(v["usage"], json!({"prompt_tokens": n, "total_tokens": n}));
+}
+
+#[tokio::test]
+async fn a_batch_equals_each_input_alone_and_base64_equals_the_floats() {
+    let s = server().await;
+    let inputs = json!([
+        "the first text",
+        "a second, longer text to embed",
+        [5, 6, 7, 8],
+        "x"
+    ]);
+    let (status, batch) = s.post("/v1/embeddings", json!({"input": inputs})).await;
+    assert_eq!(status, 200, "{batch}");
+    let data = batch["data"].as_array().unwrap();
+    assert_eq!(data.len(), 4);
+    let mut total = 0;
+    for (i, input) in inputs.as_array().unwrap().iter().enumerate() {
+        let (_, alone) = s.post("/v1/embeddings", json!({"input": input})).await;
+        assert_eq!(data[i]["index"], i);
+        assert_eq!(
+            data[i]["embedding"], alone["data"][0]["embedding"],
+            "input {i}"
+        );
+        total += alone["usage"]["prompt_tokens"].as_u64().unwrap();
+        let (_, b64) = s
+            .post(
+                "/v1/embeddings",
+                json!({"input": input, "encoding_format": "base64"}),
+            )
+            .await;
+        let decoded = from_base64(b64["data"][0]["embedding"].as_str().unwrap());
+        assert_eq!(
+            decoded,
+            floats(&alone["data"][0]["embedding"]),
+            "input {i} base64"
+        );
+    }
+    assert_eq!(batch["usage"]["prompt_tokens"], total);
+    // Different inputs, different vectors.
+    assert_ne!(data[0]["embedding"], data[1]["embedding"]);
+}
+
+#[tokio::test]
+async fn every_refusal_names_its_parameter() {
+    let s = server().await;
+    let many: Vec<&str> = vec!["a"; 2049];
+    for (body, status, param) in [
+        (json!({"input": "a", "dimensions": 8}), 400, "dimensions"),
+        (
+            json!({"input": "a", "encoding_format": "int8"}),
+            400,
+            "encoding_format",
+        ),
+        (json!({"input": ""}), 400, "input"),
+        (json!({"input": ["a", ""]}), 400, "input[1]"),
+        (json!({"input": many}), 400, "input"),
+        (json!({}), 400, "input"),
+        (json!({"input": "a", "model": "other"}), 404, "model"),
+        (json!({"input": "a", "temperature": 1}), 400, "temperature"),
+    ] {
+        let (got, v) = s.post("/v1/embeddings", body.clone()).await;
+        assert_eq!(got, status, "{body}: {v}");
+        assert_eq!(v["error"]["param"], param, "{body}: {v}");
+    }
+    // A token outside the vocabulary is the scheduler's typed refusal.
+    let (got, v) = s
+        .post("/v1/embeddings", json!({"input": [[1, 999_999]]}))
+        .await;
+    assert_eq!(got, 400, "{v}");
+}
