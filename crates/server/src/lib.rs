@@ -1,6 +1,6 @@
 //! ferrox's HTTP server: every protocol its clients speak — OpenAI (`/v1/chat/completions`,
-//! `/v1/completions`, `/v1/responses`, `/v1/embeddings`, `/v1/models`), Anthropic (`/v1/messages`,
-//! `/v1/messages/count_tokens`), llama-server's native routes (`/completion`, `/infill`,
+//! `/v1/completions`, `/v1/responses`, `/v1/embeddings`, `/v1/models`), Anthropic
+//! (`/v1/messages`, `/v1/messages/count_tokens`), llama-server's native routes (`/completion`, `/infill`,
 //! `/tokenize`, `/detokenize`) — plus `/health` and Prometheus `/metrics`, in front of the
 //! continuous-batching scheduler.
 //!
