@@ -116,7 +116,7 @@ pub struct ServeArgs {
     /// from its previous response; slow or idle connections are closed after it.
     #[arg(long, env = "FERROX_HEADER_TIMEOUT", default_value_t = ServerConfig::default().header_timeout.as_secs())]
     pub header_timeout: u64,
-    /// Seconds a request body may go without sending anything before the request gets 408.
+    /// Seconds a whole request body may take to arrive before the request gets 408.
     #[arg(long, env = "FERROX_BODY_TIMEOUT", default_value_t = ServerConfig::default().body_timeout.as_secs())]
     pub body_timeout: u64,
     /// Most connections served at once; more wait until one closes.
@@ -172,6 +172,20 @@ impl ServeArgs {
                 .map_err(|e| format!("cannot read --api-key-file {}: {e}", file.display()))?;
             keys.extend(ApiKeys::parse_file(&text));
         }
+        let asked_for_keys = !self.api_keys.is_empty() || self.api_key_file.is_some();
+        let api_keys = ApiKeys::new(keys);
+        if asked_for_keys && api_keys.is_empty() {
+            // An empty variable or a file of comments must not serve without the
+            // authentication it was meant to configure.
+            return Err(
+                "--api-key / --api-key-file / FERROX_API_KEY gave no key: refusing to \
+                        start unauthenticated"
+                    .into(),
+            );
+        }
+        for origin in &self.cors_origins {
+            ferrox_server::check_cors_origin(origin)?;
+        }
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsConfig::load(cert, key)?),
             (None, None) => None,
@@ -195,7 +209,7 @@ impl ServeArgs {
             header_timeout: Duration::from_secs(self.header_timeout.max(1)),
             body_timeout: Duration::from_secs(self.body_timeout.max(1)),
             max_connections: self.max_connections.max(1),
-            api_keys: ApiKeys::new(keys),
+            api_keys,
             metrics_public: self.metrics_public,
             cors_origins: self.cors_origins.clone(),
             tls,
@@ -280,7 +294,13 @@ async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Resu
                 context_tokens = generator.context_tokens,
                 "ready on {scheme}://{local}"
             );
-            state.set_ready(generator);
+            let generator = Arc::new(generator);
+            state.set_ready_arc(Arc::clone(&generator));
+            // The grammar engine's token trie, built off the request path.
+            std::thread::Builder::new()
+                .name("ferrox-grammar-warm".into())
+                .spawn(move || generator.grammars.warm())
+                .map_err(|e| format!("cannot start a thread: {e}"))?;
         }
         finished = &mut server => {
             tracing::info!("stopped while the model was loading");

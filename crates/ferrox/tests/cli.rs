@@ -197,4 +197,24 @@ fn serve_refuses_half_a_tls_pair_and_warns_about_an_open_bind_without_a_key() {
         !err.contains("sk-secret-1"),
         "the key must never be logged: {err}"
     );
+    // Keys asked for but none given: refuse rather than serve unauthenticated.
+    let empty = std::env::temp_dir().join(format!("ferrox-keys-{}", std::process::id()));
+    std::fs::write(&empty, "# nothing yet\n\n").unwrap();
+    let err = serve(&[
+        "--api-key-file",
+        empty.to_str().unwrap(),
+        "-m",
+        "missing.gguf",
+    ]);
+    assert!(err.contains("gave no key"), "{err}");
+    let err = serve(&["--api-key", "", "-m", "missing.gguf"]);
+    assert!(err.contains("gave no key"), "{err}");
+    let _ = std::fs::remove_file(&empty);
+    let err = serve(&[
+        "--cors-origins",
+        "http://localhost:3000/",
+        "-m",
+        "missing.gguf",
+    ]);
+    assert!(err.contains("--cors-origins"), "{err}");
 }

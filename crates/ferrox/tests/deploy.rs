@@ -65,7 +65,11 @@ fn the_replicas_service_and_probes_agree() {
     assert!(args.contains(&"--metrics-public"), "{args:?}");
     // The shutdown grace (10 s by default) fits the termination grace period.
     let grace = ferrox_server::DEFAULT_SHUTDOWN_GRACE.as_secs() as i64;
-    assert!(n(&pod["spec"]["terminationGracePeriodSeconds"]) > grace);
+    let pre_stop = &container["lifecycle"]["preStop"]["exec"]["command"];
+    assert_eq!(s(&pre_stop[0]), "sleep");
+    let wait: i64 = s(&pre_stop[1]).parse().unwrap();
+    // The pre-stop wait, then the drain: both inside the termination grace period.
+    assert!(n(&pod["spec"]["terminationGracePeriodSeconds"]) > wait + grace);
     let service = kind(&docs, "Service");
     assert_eq!(service["spec"]["selector"], *labels);
     assert_eq!(s(&service["spec"]["ports"][0]["targetPort"]), port_name);

@@ -359,6 +359,11 @@ impl Row {
         }
     }
 
+    /// Preempted at least once (what it reattaches is its own work, not a cache hit).
+    pub(crate) fn resumed(&self) -> bool {
+        self.resumed
+    }
+
     /// Whether this row's chunks bring back hidden states (an embedding).
     pub(crate) fn wants_hidden(&self) -> bool {
         self.embedding.is_some()

@@ -213,13 +213,13 @@ impl<M: StepModel> Worker<M> {
     fn admit(&mut self) {
         while self.rows.len() < self.limits.max_seqs {
             if let Some((&seq, row)) = self.parked.first_key_value() {
-                let looked_up = row.attachable_chain().is_some();
                 let Some((lease, attached)) = self.place(row.attachable_chain(), row.held_tokens())
                 else {
                     return;
                 };
+                // Its own blocks found again are not prompt tokens served from the cache:
+                // the counters cover each prompt once, like `Usage::cached_tokens`.
                 let mut row = self.parked.remove(&seq).expect("the row was just seen");
-                self.count_lookup(looked_up, row.held_tokens(), attached);
                 row.resume(lease, attached);
                 let at = self.order.partition_point(|o| self.rows[o].seq < row.seq);
                 self.order.insert(at, row.id);
@@ -335,7 +335,10 @@ impl<M: StepModel> Worker<M> {
             if !row.is_prefilling() {
                 continue;
             }
-            self.stats.prefix_cache_hits += row.attach_cached() as u64;
+            let attached = row.attach_cached() as u64;
+            if !row.resumed() {
+                self.stats.prefix_cache_hits += attached;
+            }
             let row = &self.rows[&id];
             let waits = self.order[..at]
                 .iter()
@@ -365,7 +368,9 @@ impl<M: StepModel> Worker<M> {
         };
         self.model.copy_kv(&mut self.kv, from, to, n);
         row.copied(n);
-        self.stats.prefix_cache_hits += n as u64;
+        if !row.resumed() {
+            self.stats.prefix_cache_hits += n as u64;
+        }
     }
 
     /// What this tick runs: every decoding row's one token, then one prompt chunk.
@@ -417,9 +422,24 @@ impl<M: StepModel> Worker<M> {
             self.last_prefilled = Some(id);
         }
         let vocab = self.limits.vocab_size;
+        let hidden_rows: usize = plan
+            .chunks
+            .iter()
+            .filter(|(id, _)| self.rows[id].wants_hidden())
+            .map(|&(_, n)| n)
+            .sum();
+        let hidden_ok = hidden.len() == hidden_rows * self.model.hidden_size();
         match result {
-            Ok(()) if logits.len() == plan.sampled.len() * vocab => {
+            Ok(()) if logits.len() == plan.sampled.len() * vocab && hidden_ok => {
                 self.deliver(&plan, &mut logits, &hidden)
+            }
+            Ok(()) if !hidden_ok => {
+                let msg = format!(
+                    "model returned {} hidden values for {hidden_rows} rows of {}",
+                    hidden.len(),
+                    self.model.hidden_size()
+                );
+                self.fail_rows(&plan, &msg);
             }
             Ok(()) => {
                 let rows = plan.sampled.len();

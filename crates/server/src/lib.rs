@@ -35,7 +35,7 @@ pub mod tls;
 
 pub use crate::core::error::ApiError;
 pub use crate::http::auth::ApiKeys;
-pub use routes::{app, with_layers};
+pub use routes::{app, check_cors_origin, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
 pub use state::{AppState, Generator, ServerConfig};
 pub use tls::TlsConfig;

@@ -103,7 +103,7 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(limit))
         .layer(Extension(BodyLimit {
             bytes: limit,
-            stall: state.config.body_timeout,
+            timeout: state.config.body_timeout,
         }))
         .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
@@ -164,6 +164,28 @@ async fn method_not_allowed(State(state): State<AppState>, req: Request) -> Resp
         path: req.uri().path().to_string(),
     }
     .into_response()
+}
+
+/// A `--cors-origins` entry must be `*` or an origin, `scheme://host[:port]` exactly as a
+/// browser sends it (no path, no trailing slash), or it could never match: refused at start.
+pub fn check_cors_origin(origin: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("--cors-origins {origin:?}: {why}"));
+    if origin == "*" {
+        return Ok(());
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return bad("an origin is scheme://host[:port]");
+    };
+    if !matches!(scheme, "http" | "https") {
+        return bad("the scheme must be http or https");
+    }
+    if rest.is_empty() || rest.contains('/') || rest.contains(char::is_whitespace) {
+        return bad("an origin has a host and no path (not even a trailing /)");
+    }
+    if origin.parse::<axum::http::HeaderValue>().is_err() {
+        return bad("not a valid header value");
+    }
+    Ok(())
 }
 
 /// The CORS policy: none at all (no header, preflights refused) unless origins are listed;

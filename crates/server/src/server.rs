@@ -7,8 +7,8 @@
 //!   is closed: slowloris connections (headers dribbled a byte at a time) and keep-alive
 //!   connections left idle hold nothing for long. Each is counted
 //!   (`ferrox_connections_timed_out_total`);
-//! - **body timeout**: a body that stalls gets a 408 and the connection closes
-//!   (`http::params`);
+//! - **body timeout**: a body not whole within `ServerConfig::body_timeout` gets a 408 and the
+//!   connection closes (`http::params`);
 //! - **TLS** (`ServerConfig::tls`, `tls.rs`): the handshake runs in the connection's own task,
 //!   within the header timeout, so a slow handshake holds neither the loop nor anyone else;
 //! - **connection cap**: at most `ServerConfig::max_connections` are served at once; past it

@@ -52,8 +52,8 @@ pub struct ServerConfig {
     /// opens or from the end of its previous response: a slowloris connection, or a
     /// keep-alive one left idle, is closed after it (`server.rs`).
     pub header_timeout: Duration,
-    /// How long a request body may go without sending anything: then 408, and the
-    /// connection is closed.
+    /// How long a whole request body may take to arrive: then 408, and the connection is
+    /// closed.
     pub body_timeout: Duration,
     /// Most connections served at once; more wait in the listener's backlog until one
     /// closes, so a flood of idle sockets cannot take every file descriptor.
@@ -274,7 +274,12 @@ impl AppState {
 
     /// Makes the server ready. A second call is ignored (the first generator stays).
     pub fn set_ready(&self, generator: Generator) {
-        let _ = self.generator.set(Arc::new(generator));
+        self.set_ready_arc(Arc::new(generator));
+    }
+
+    /// [`Self::set_ready`] with a generator the caller keeps a handle to.
+    pub fn set_ready_arc(&self, generator: Arc<Generator>) {
+        let _ = self.generator.set(generator);
     }
 
     /// The generator, or 503 while loading.

@@ -5,13 +5,15 @@
 //! bit for bit, as the scheduler's tests pin.
 //!
 //! Inputs are tokenized like a completion prompt (BOS as the model's metadata says, special
-//! tokens parsed); token-id inputs are taken as given. All inputs of a request are submitted
-//! before any is awaited, so they share steps; a refusal of any drops (and so cancels) those
-//! already submitted.
+//! tokens parsed); token-id inputs are taken as given. At most `max_seqs` inputs of a request
+//! are in the scheduler at once (they share steps); the next is submitted as the oldest
+//! finishes, so a 2,048-input request neither overflows the queue (a 503 it could never get
+//! past) nor fills it for everyone else. A refusal drops (and so cancels) those in flight.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use ferrox_sched::{Event, FinishReason, GenerationRequest};
+use ferrox_sched::{Event, FinishReason, GenerationRequest, RequestStream};
 
 use crate::core::error::ApiError;
 use crate::core::generate::prompt_ids;
@@ -27,39 +29,46 @@ pub struct Embedding {
 
 /// Embeds every input, in order.
 pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedding>, ApiError> {
-    let mut streams = Vec::with_capacity(inputs.len());
+    let window = g.scheduler.limits().max_seqs.max(1);
+    let mut in_flight = VecDeque::with_capacity(window);
+    let mut out = Vec::with_capacity(inputs.len());
     for input in inputs {
+        if in_flight.len() == window {
+            out.push(finish(in_flight.pop_front().expect("the window is full")).await?);
+        }
         let ids = prompt_ids(g, Input::Completion(input)).await?;
         let tokens = ids.len();
         let request = GenerationRequest {
             embedding: Some(g.pooling),
             ..GenerationRequest::greedy(ids, 1)
         };
-        streams.push((g.scheduler.submit(request)?, tokens));
+        in_flight.push_back((g.scheduler.submit(request)?, tokens));
     }
-    let mut out = Vec::with_capacity(streams.len());
-    for (mut stream, tokens) in streams {
-        let completion = loop {
-            match stream.recv().await {
-                Some(Event::Done(c)) => break c,
-                Some(Event::Token(_)) => continue,
-                None => return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone)),
-            }
-        };
-        let vector = match (completion.finish_reason, completion.embedding) {
-            (FinishReason::Stop, Some(v)) => normalized(v),
-            (FinishReason::Error(message), _) => {
-                return Err(ApiError::GenerationFailed { message })
-            }
-            (reason, _) => {
-                return Err(ApiError::Internal {
-                    message: format!("an embedding ended without a vector ({reason:?})"),
-                })
-            }
-        };
-        out.push(Embedding { vector, tokens });
+    for stream in in_flight {
+        out.push(finish(stream).await?);
     }
     Ok(out)
+}
+
+/// Waits for one submitted input's vector.
+async fn finish((mut stream, tokens): (RequestStream, usize)) -> Result<Embedding, ApiError> {
+    let completion = loop {
+        match stream.recv().await {
+            Some(Event::Done(c)) => break c,
+            Some(Event::Token(_)) => continue,
+            None => return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone)),
+        }
+    };
+    let vector = match (completion.finish_reason, completion.embedding) {
+        (FinishReason::Stop, Some(v)) => normalized(v),
+        (FinishReason::Error(message), _) => return Err(ApiError::GenerationFailed { message }),
+        (reason, _) => {
+            return Err(ApiError::Internal {
+                message: format!("an embedding ended without a vector ({reason:?})"),
+            })
+        }
+    };
+    Ok(Embedding { vector, tokens })
 }
 
 /// `v / |v|` (a zero vector stays zero).

@@ -55,9 +55,9 @@ pub enum ApiError {
         "a valid API key is required: send it as `Authorization: Bearer KEY` or `x-api-key: KEY`"
     )]
     Unauthorized,
-    /// The client stopped sending its body (nothing for `--body-timeout`); the connection is
+    /// The client did not send its whole body within `--body-timeout`; the connection is
     /// closed after this answer.
-    #[error("the request body stalled: no data for {timeout_ms} ms")]
+    #[error("the request body did not arrive within {timeout_ms} ms")]
     BodyTimeout { timeout_ms: u64 },
     /// A JSON route got another content type (cross-site "simple" requests are forms or
     /// text, so requiring JSON keeps web pages from posting to a local server).

@@ -85,11 +85,13 @@ fn constant_time_eq(key: &[u8], presented: &[u8]) -> bool {
     diff == 0
 }
 
-/// The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`.
+/// The key a request presents: `Authorization: Bearer KEY` (the scheme in any case, as
+/// RFC 7235 has it), else `x-api-key: KEY`.
 fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| {
+        let v = v.as_bytes();
+        (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| &v[7..])
+    });
     bearer.or_else(|| headers.get("x-api-key").map(|v| v.as_bytes()))
 }
 
@@ -131,6 +133,10 @@ mod tests {
         assert!(!keys.allow(&h));
         h.insert(header::AUTHORIZATION, "Bearer k1".parse().unwrap());
         assert!(keys.allow(&h));
+        h.insert(header::AUTHORIZATION, "bearer k1".parse().unwrap());
+        assert!(keys.allow(&h));
+        h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert!(!keys.allow(&h));
         h.insert(header::AUTHORIZATION, "Basic k1".parse().unwrap());
         assert!(!keys.allow(&h));
         h.remove(header::AUTHORIZATION);

@@ -24,8 +24,8 @@ use crate::core::error::ApiError;
 
 /// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
 /// instead of axum's plain-text rejections. The limit is the router's [`BodyLimit`], which
-/// also says how long the body may stall: a client that stops sending mid-body gets a 408
-/// and its connection is closed, instead of holding it open for ever.
+/// also says how long the whole body may take: a client that stops sending (or trickles)
+/// gets a 408 and its connection is closed, instead of holding it open for ever.
 /// A `Content-Type` other than JSON (`application/json`, `…+json`) is a 415: browsers send
 /// cross-site "simple" requests as forms or text, so a web page cannot post to a local
 /// server. A request without one is taken as JSON (a browser always sends one).
@@ -70,22 +70,25 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 pub const DRAIN_BYTES: usize = 64 << 20;
 
 /// The body, at most `limit.bytes`: more is a 413, sent after draining up to
-/// [`DRAIN_BYTES`] of the rest. No data for `limit.stall` is a 408.
+/// [`DRAIN_BYTES`] of the rest. A body not whole within `limit.timeout` is a 408: a deadline
+/// for the whole body, not an idle timer, so a client cannot hold a connection by sending a
+/// byte now and then.
 async fn read_limited(body: axum::body::Body, limit: BodyLimit) -> Result<Bytes, ApiError> {
     use futures_util::StreamExt;
     let BodyLimit {
         bytes: limit,
-        stall,
+        timeout,
     } = limit;
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     let mut seen = 0usize;
-    let stalled = || ApiError::BodyTimeout {
-        timeout_ms: stall.as_millis() as u64,
+    let late = || ApiError::BodyTimeout {
+        timeout_ms: timeout.as_millis() as u64,
     };
-    while let Some(chunk) = tokio::time::timeout(stall, stream.next())
+    while let Some(chunk) = tokio::time::timeout_at(deadline, stream.next())
         .await
-        .map_err(|_| stalled())?
+        .map_err(|_| late())?
     {
         let chunk = chunk.map_err(|e| ApiError::MalformedJson {
             message: format!("the body could not be read: {e}"),
@@ -107,22 +110,22 @@ async fn read_limited(body: axum::body::Body, limit: BodyLimit) -> Result<Bytes,
 /// token-id list several times over.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 << 20;
 
-/// How long a request body may go without sending anything, by default.
+/// How long a whole request body may take to arrive, by default.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The configured body limits, put in request extensions by the router so that the 413
-/// and 408 messages can state them: the most bytes, and the longest stall.
+/// and 408 messages can state them: the most bytes, and the longest a whole body may take.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit {
     pub bytes: usize,
-    pub stall: Duration,
+    pub timeout: Duration,
 }
 
 impl Default for BodyLimit {
     fn default() -> Self {
         Self {
             bytes: DEFAULT_MAX_BODY_BYTES,
-            stall: DEFAULT_BODY_TIMEOUT,
+            timeout: DEFAULT_BODY_TIMEOUT,
         }
     }
 }

@@ -194,6 +194,22 @@ async fn without_keys_nothing_is_guarded_and_metrics_can_be_public() {
     assert_eq!(send(&app, "GET", "/v1/models", &[]).await.status(), 401);
 }
 
+#[test]
+fn cors_origins_that_could_never_match_are_refused() {
+    for good in ["*", "http://localhost:3000", "https://app.example.com"] {
+        assert!(ferrox_server::check_cors_origin(good).is_ok(), "{good}");
+    }
+    for bad in [
+        "localhost:3000",
+        "http://localhost:3000/",
+        "ftp://x",
+        "http://",
+        "http://a b",
+    ] {
+        assert!(ferrox_server::check_cors_origin(bad).is_err(), "{bad}");
+    }
+}
+
 fn allow_origin(r: &Response<Body>) -> Option<String> {
     r.headers()
         .get("access-control-allow-origin")

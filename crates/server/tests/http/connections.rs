@@ -101,6 +101,49 @@ async fn a_stalled_body_gets_408_in_its_protocols_shape() {
     assert_eq!(metric(&s, series).await, format!("{series} 1"));
 }
 
+/// The body timeout is a deadline for the whole body: a client trickling a byte every 100 ms
+/// gets its 408 when the deadline passes, not when it stops trickling.
+#[tokio::test]
+async fn a_trickled_body_gets_408_at_the_deadline() {
+    let s = server(ServerConfig {
+        body_timeout: Duration::from_millis(600),
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut stream = TcpStream::connect(&s.endpoint.authority).await.unwrap();
+    stream
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..60 {
+            if write.write_all(b" ").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let start = Instant::now();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut out))
+        .await
+        .expect("closed")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    // 60 bytes at 100 ms would keep an idle timer from firing for 6 s.
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    trickle.abort();
+}
+
 /// With the cap at two connections, two idle keep-alive ones hold it, and a third client
 /// waits in the backlog until the header timeout closes one of them; then it is served.
 #[tokio::test]

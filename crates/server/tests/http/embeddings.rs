@@ -118,6 +118,26 @@ async fn a_batch_equals_each_input_alone_and_base64_equals_the_floats() {
     assert_ne!(data[0]["embedding"], data[1]["embedding"]);
 }
 
+/// More inputs than the queue and the batch hold together: they go through a window of
+/// `max_seqs` at a time instead of overflowing the queue with a 503 no retry could pass.
+#[tokio::test]
+async fn more_inputs_than_the_queue_holds_are_all_embedded() {
+    let sched = SchedulerConfig {
+        max_seqs: 2,
+        max_queue: 3,
+        ..SchedulerConfig::default()
+    };
+    let s = TestServer::start(synthetic_state(&tiny(), sched, ServerConfig::default())).await;
+    let inputs: Vec<String> = (0..20).map(|i| format!("input number {i}")).collect();
+    let (status, v) = s.post("/v1/embeddings", json!({"input": inputs})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"].as_array().unwrap().len(), 20);
+    let (_, one) = s
+        .post("/v1/embeddings", json!({"input": "input number 13"}))
+        .await;
+    assert_eq!(v["data"][13]["embedding"], one["data"][0]["embedding"]);
+}
+
 #[tokio::test]
 async fn every_refusal_names_its_parameter() {
     let s = server().await;
