@@ -3,10 +3,11 @@
 //! A request's path, each arrow a call you can follow:
 //! the server builds a [`GenerationRequest`] → [`SchedulerHandle::submit`] checks it against
 //! the [`Limits`] and takes a queue slot (or returns a typed [`Refusal`]) → the worker's tick
-//! drains cancels, admits from the queue with a [`KvLease`] on its blocks, plans the decode rows
-//! plus one prompt chunk, runs ONE [`StepModel::forward`], samples each row with its own
-//! seeded sampler and stop matcher, sends [`Event`]s → a finished row retires through one
-//! exit, which sends `Done` and drops the lease.
+//! drains cancels, admits from the queue with a [`KvLease`] on its blocks, plans the decode
+//! rows plus prompt chunks of one chunk's worth of tokens in all, runs ONE
+//! [`StepModel::forward`], samples each row with its own seeded sampler and stop matcher,
+//! sends [`Event`]s → a finished row retires through one exit, which sends `Done` and drops
+//! the lease.
 //!
 //! Modules, one concept each:
 //! - [`config`]: the knobs ([`SchedulerConfig`]), and the `FERROX_CB_*` reader for `main`;

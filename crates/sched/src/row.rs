@@ -293,15 +293,27 @@ impl Row {
     }
 
     /// Whether this prefilling row's next block is one `other` (a row admitted earlier, also
-    /// prefilling) will compute: then waiting a tick and attaching it is cheaper than
-    /// computing it twice.
+    /// prefilling) will compute — the whole block, or (the last block of a prompt, which is
+    /// never attached) the part this row would copy: then waiting and attaching or copying it
+    /// is cheaper than computing it twice. Several prompts share a step's budget, so `other`
+    /// may be computing that block in this very step.
     pub(crate) fn waits_for(&self, other: &Row) -> bool {
-        let Some((b, name)) = self.next_attachable() else {
+        if !other.is_prefilling() {
+            return false;
+        }
+        if let Some((b, name)) = self.next_attachable() {
+            return other.chain.get(b) == Some(&name)
+                && other.computed < (b + 1) * other.block_size;
+        }
+        let Some((_, parent, want)) = self.copy_target() else {
             return false;
         };
-        other.is_prefilling()
-            && other.chain.get(b) == Some(&name)
-            && other.computed < (b + 1) * other.block_size
+        let b = self.computed / self.block_size;
+        let start = b * self.block_size;
+        let same_parent = b <= other.chain.len() && other.parent(b) == parent;
+        same_parent
+            && other.computed < start + want.len()
+            && other.tokens.get(start..start + want.len()) == Some(want)
     }
 
     /// Still computing its prompt (or, resumed after a preemption, the tokens it held).

@@ -14,11 +14,12 @@
 //!    pool has none, the most recently admitted row is preempted (its blocks go back, it waits
 //!    to resume, it loses nothing) until the growing row fits — never an older row, so the
 //!    oldest always runs and FIFO's no-starvation guarantee survives;
-//! 4. **plan**: every decoding row contributes its one new token; ONE prompt chunk of at most
-//!    `prefill_chunk_tokens` comes from one prefilling row (the oldest, or round-robin), which
+//! 4. **plan**: every decoding row contributes its one new token; prompt chunks of at most
+//!    `prefill_chunk_tokens` in all come from the prefilling rows in turn (the oldest first,
+//!    or round-robin; a short prompt leaves the rest of the budget to the next), each of which
 //!    first attaches any of its next prompt blocks that are cached by now; a row whose next
 //!    block an older row is computing waits for it instead of computing it too;
-//! 5. **forward**: one model call carries the decode rows and the prompt chunk together;
+//! 5. **forward**: one model call carries the decode rows and the prompt chunks together;
 //! 6. **sample, stop, deliver**: each row that got logits samples with its own sampler, runs
 //!    its stop matcher and sends its token;
 //! 7. **retire** finished rows through [`Worker::retire`], the one exit, which sends `Done` and
@@ -61,13 +62,13 @@ pub(crate) enum Command {
 #[derive(Debug, Default)]
 struct StepPlan {
     /// Every chunk's row and token count: decode rows in admission order, then the prompt
-    /// chunk.
+    /// chunks.
     chunks: Vec<(RequestId, usize)>,
     /// Rows whose logits come back, in chunk order.
     sampled: Vec<RequestId>,
     decode_rows: usize,
-    /// The prompt chunk's row and token count.
-    prefill: Option<(RequestId, usize)>,
+    /// The prompt chunks' rows and token counts, at most `prefill_chunk_tokens` in all.
+    prefills: Vec<(RequestId, usize)>,
 }
 
 /// One row's share of [`Worker::sample_rows`]: the row, its logits, its draw.
@@ -310,13 +311,14 @@ impl<M: StepModel> Worker<M> {
         self.parked.insert(row.seq, row);
     }
 
-    /// The prefilling row that gets this tick's chunk: the oldest, or with round-robin the
-    /// next after the last one served. Each candidate first attaches whatever of its next
+    /// The prefilling row that gets this tick's next prompt chunk (`planned` already have
+    /// one): the oldest, or with round-robin the next after the last one served. Each
+    /// candidate first attaches whatever of its next
     /// prompt blocks is cached by now; a candidate whose next block an older prefilling row
     /// is about to compute waits (the older row is never waiting on it, so some row always
     /// runs). That is how requests arriving together with one new prefix — `n` choices, a
     /// burst of users with one system prompt — compute it once.
-    fn next_prefill(&mut self) -> Option<RequestId> {
+    fn next_prefill(&mut self, planned: &[RequestId]) -> Option<RequestId> {
         let start = match self.prefill_order {
             PrefillOrder::Oldest => 0,
             PrefillOrder::RoundRobin => self
@@ -332,7 +334,7 @@ impl<M: StepModel> Worker<M> {
                 .rows
                 .get_mut(&id)
                 .expect("ordered rows are in the batch");
-            if !row.is_prefilling() {
+            if !row.is_prefilling() || planned.contains(&id) {
                 continue;
             }
             let attached = row.attach_cached() as u64;
@@ -373,7 +375,9 @@ impl<M: StepModel> Worker<M> {
         }
     }
 
-    /// What this tick runs: every decoding row's one token, then one prompt chunk.
+    /// What this tick runs: every decoding row's one token, then prompt chunks of at most
+    /// `prefill_chunk_tokens` in all — the next prefilling row's, and while tokens of that
+    /// budget are left (its prompt ended short of it), the next row's, and so on.
     fn plan(&mut self) -> Option<StepPlan> {
         self.grow();
         let mut plan = StepPlan::default();
@@ -384,13 +388,21 @@ impl<M: StepModel> Worker<M> {
                 plan.decode_rows += 1;
             }
         }
-        if let Some(id) = self.next_prefill() {
-            let chunk = self.rows[&id].next_chunk(self.prefill_chunk_tokens);
-            plan.chunks.push((id, chunk.tokens.len()));
+        let mut budget = self.prefill_chunk_tokens;
+        let mut planned = Vec::new();
+        while budget > 0 {
+            let Some(id) = self.next_prefill(&planned) else {
+                break;
+            };
+            let chunk = self.rows[&id].next_chunk(budget);
+            let n = chunk.tokens.len();
+            plan.chunks.push((id, n));
             if chunk.want_logits {
                 plan.sampled.push(id);
             }
-            plan.prefill = Some((id, chunk.tokens.len()));
+            plan.prefills.push((id, n));
+            planned.push(id);
+            budget -= n;
         }
         (!plan.chunks.is_empty()).then_some(plan)
     }
@@ -418,7 +430,7 @@ impl<M: StepModel> Worker<M> {
             .forward(&mut self.kv, &chunks, &mut logits, &mut hidden);
         drop(chunks);
         self.stats.steps += 1;
-        if let Some((id, _)) = plan.prefill {
+        if let Some(&(id, _)) = plan.prefills.last() {
             self.last_prefilled = Some(id);
         }
         let vocab = self.limits.vocab_size;
@@ -480,7 +492,7 @@ impl<M: StepModel> Worker<M> {
             self.retire(id, Finish::new(FinishReason::Stop));
         }
         self.stats.tokens_decoded += plan.decode_rows as u64;
-        self.stats.tokens_prefilled += plan.prefill.map_or(0, |(_, n)| n) as u64;
+        self.stats.tokens_prefilled += plan.prefills.iter().map(|&(_, n)| n).sum::<usize>() as u64;
         if plan.decode_rows > 0 {
             self.stats.decode_steps += 1;
             self.maybe_log();

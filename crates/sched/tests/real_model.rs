@@ -96,9 +96,18 @@ fn default_model_batching_chunking_and_seeds_change_nothing() {
         // The largest table is 8 blocks: rows evict and preempt each other.
         kv_blocks: 12,
     };
-    let run = props::batched_equals_sequential(Arc::clone(&model), &spec, 5);
-    assert!(run.cached_tokens > 0, "no prefix-cache hit exercised");
-    assert!(run.preemptions > 0, "no preemption exercised");
+    let runs: Vec<_> = [5, 6]
+        .into_iter()
+        .map(|seed| props::batched_equals_sequential(Arc::clone(&model), &spec, seed))
+        .collect();
+    assert!(
+        runs.iter().any(|r| r.cached_tokens > 0),
+        "no prefix-cache hit exercised"
+    );
+    assert!(
+        runs.iter().any(|r| r.preemptions > 0),
+        "no preemption exercised"
+    );
     let chunking = Spec {
         requests: 2,
         max_prompt: 40,

@@ -30,13 +30,18 @@ pub struct Embedding {
 /// Embeds every input, in order.
 pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedding>, ApiError> {
     let window = g.scheduler.limits().max_seqs.max(1);
-    let mut in_flight = VecDeque::with_capacity(window);
-    let mut out = Vec::with_capacity(inputs.len());
+    // Tokenized first, so that the window refills at once when an input finishes and the
+    // scheduler always has a full set of rows to pack into its steps.
+    let mut all = Vec::with_capacity(inputs.len());
     for input in inputs {
+        all.push(prompt_ids(g, Input::Completion(input)).await?);
+    }
+    let mut in_flight = VecDeque::with_capacity(window);
+    let mut out = Vec::with_capacity(all.len());
+    for ids in all {
         if in_flight.len() == window {
             out.push(finish(in_flight.pop_front().expect("the window is full")).await?);
         }
-        let ids = prompt_ids(g, Input::Completion(input)).await?;
         let tokens = ids.len();
         let request = GenerationRequest {
             embedding: Some(g.pooling),
