@@ -34,7 +34,7 @@ use tower_http::cors::CorsLayer;
 
 use crate::anthropic;
 use crate::core::error::ApiError;
-use crate::http::auth::{require_key, unauthorized};
+
 use crate::http::errors::{render, with_error_shape};
 use crate::http::metrics::track_requests;
 use crate::http::params::BodyLimit;
@@ -140,6 +140,28 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
         message: "the request handler panicked".into(),
     }
     .into_response()
+}
+
+/// The layer around every guarded group: passes a request with a valid key (or any request
+/// when no keys are configured), answers 401 otherwise (`http/auth.rs`).
+async fn require_key(
+    State(state): State<AppState>,
+    req: Request,
+    next: middleware::Next,
+) -> Response {
+    if state.config.api_keys.allow(req.headers()) {
+        return next.run(req).await;
+    }
+    unauthorized(&state)
+}
+
+/// A counted 401 (for the layer and for the fallbacks of unknown routes).
+fn unauthorized(state: &AppState) -> Response {
+    state
+        .metrics
+        .auth_failures
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ApiError::Unauthorized.into_response()
 }
 
 /// With keys configured an unknown route is a 401 for a client without one: the router

@@ -1,9 +1,10 @@
 //! API keys: with any configured, every route needs one — deny by default.
 //!
-//! The router puts [`require_key`] around every group of routes but one short, explicit public
-//! list (`/health`, and `/metrics` with `--metrics-public`; CORS preflights are answered by the
-//! CORS layer before any route runs), and the fallbacks for unknown routes check it too, so a
-//! route added to any protocol's group is guarded without anyone remembering to guard it. A
+//! The router (`routes.rs`) puts its key check around every group of routes but one short,
+//! explicit public list (`/health`, and `/metrics` with `--metrics-public`; CORS preflights
+//! are answered by the CORS layer before any route runs), and the fallbacks for unknown routes
+//! check it too, so a route added to any protocol's group is guarded without anyone
+//! remembering to guard it. A
 //! key travels as `Authorization: Bearer KEY` (OpenAI SDKs, llama.cpp) or `x-api-key: KEY`
 //! (Anthropic SDKs); either is accepted on every route. A miss is a 401 in the route's
 //! protocol shape, counted in `ferrox_auth_failures_total`.
@@ -12,16 +13,9 @@
 //! compared whole, without an early exit) and never printed: [`ApiKeys`]' `Debug` shows only
 //! how many there are, so a logged config cannot leak one.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use crate::core::error::ApiError;
-use crate::state::AppState;
 
 /// The configured keys; empty means no authentication (a loopback server).
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -93,21 +87,6 @@ fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
         (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| &v[7..])
     });
     bearer.or_else(|| headers.get("x-api-key").map(|v| v.as_bytes()))
-}
-
-/// The layer around every guarded group: passes a request with a valid key (or any request
-/// when no keys are configured), answers 401 otherwise.
-pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if state.config.api_keys.allow(req.headers()) {
-        return next.run(req).await;
-    }
-    unauthorized(&state)
-}
-
-/// A counted 401 (for the layer and for the fallbacks of unknown routes).
-pub fn unauthorized(state: &AppState) -> Response {
-    state.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
-    ApiError::Unauthorized.into_response()
 }
 
 #[cfg(test)]
