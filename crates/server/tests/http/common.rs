@@ -39,6 +39,16 @@ pub fn slow() -> SyntheticSpec {
     }
 }
 
+/// A server over the tiny synthetic model with every default.
+pub async fn tiny_server() -> TestServer {
+    TestServer::start(synthetic_state(
+        &tiny(),
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await
+}
+
 /// A ready state over a synthetic model.
 pub fn synthetic_state(
     spec: &SyntheticSpec,

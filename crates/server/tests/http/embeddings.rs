@@ -6,15 +6,10 @@ use ferrox_sched::SchedulerConfig;
 use ferrox_server::ServerConfig;
 use serde_json::{json, Value};
 
-use crate::common::{synthetic_state, tiny, TestServer};
+use crate::common::{synthetic_state, tiny, tiny_server, TestServer};
 
 async fn server() -> TestServer {
-    TestServer::start(synthetic_state(
-        &tiny(),
-        SchedulerConfig::default(),
-        ServerConfig::default(),
-    ))
-    .await
+    tiny_server().await
 }
 
 fn floats(v: &Value) -> Vec<f32> {

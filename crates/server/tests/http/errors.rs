@@ -9,15 +9,10 @@ use ferrox_server::ServerConfig;
 use hyper::Method;
 use serde_json::{json, Value};
 
-use crate::common::{slow, synthetic_state, tiny, TestServer};
+use crate::common::{slow, synthetic_state, tiny, tiny_server, TestServer};
 
 async fn server() -> TestServer {
-    TestServer::start(synthetic_state(
-        &tiny(),
-        SchedulerConfig::default(),
-        ServerConfig::default(),
-    ))
-    .await
+    tiny_server().await
 }
 
 /// Checks the error shape and returns the error object.
