@@ -69,6 +69,8 @@ struct StepPlan {
     decode_rows: usize,
     /// The prompt chunks' rows and token counts, at most `prefill_chunk_tokens` in all.
     prefills: Vec<(RequestId, usize)>,
+    /// Tokens whose hidden states come back (the chunks of embedding rows).
+    hidden_rows: usize,
 }
 
 /// One row's share of [`Worker::sample_rows`]: the row, its logits, its draw.
@@ -400,6 +402,9 @@ impl<M: StepModel> Worker<M> {
             if chunk.want_logits {
                 plan.sampled.push(id);
             }
+            if self.rows[&id].wants_hidden() {
+                plan.hidden_rows += n;
+            }
             plan.prefills.push((id, n));
             planned.push(id);
             budget -= n;
@@ -434,12 +439,7 @@ impl<M: StepModel> Worker<M> {
             self.last_prefilled = Some(id);
         }
         let vocab = self.limits.vocab_size;
-        let hidden_rows: usize = plan
-            .chunks
-            .iter()
-            .filter(|(id, _)| self.rows[id].wants_hidden())
-            .map(|&(_, n)| n)
-            .sum();
+        let hidden_rows = plan.hidden_rows;
         let hidden_ok = hidden.len() == hidden_rows * self.model.hidden_size();
         match result {
             Ok(()) if logits.len() == plan.sampled.len() * vocab && hidden_ok => {

@@ -51,7 +51,7 @@ pub async fn handle(
     };
     if options.stream {
         let ping = Frame::named("ping", &json!({"type": "ping"}));
-        let answer = tools.as_ref().map(AnswerStream::new);
+        let answer = AnswerStream::for_request(tools.as_ref());
         let encoder = Events {
             message,
             answer,
@@ -140,8 +140,8 @@ fn set_stop(target: &mut Value, finish: &Finish) {
 /// the next one or the message's end.
 struct Events {
     message: Message,
-    /// With tools: text or a call, as the answer goes.
-    answer: Option<AnswerStream>,
+    /// Text or a call, as the answer goes (text from the start without tools).
+    answer: AnswerStream,
     /// The kind of the open block, if one is.
     open: Option<Block>,
     blocks: usize,
@@ -209,10 +209,7 @@ impl Events {
     }
 
     fn text(&mut self, text: &str) -> Vec<Frame> {
-        let pieces = match &mut self.answer {
-            Some(answer) => answer.push(text),
-            None => vec![AnswerPiece::Text(text.to_string())],
-        };
+        let pieces = self.answer.push(text);
         self.pieces(pieces)
     }
 }
@@ -240,10 +237,7 @@ impl Encoder for Events {
     }
 
     fn finish(&mut self, g: &Generation, _: usize, f: &Finish, _: &Completion) -> Vec<Frame> {
-        let (pieces, called) = match &mut self.answer {
-            Some(answer) => answer.finish(),
-            None => (Vec::new(), false),
-        };
+        let (pieces, called) = self.answer.finish();
         let mut frames = self.pieces(pieces);
         frames.extend(self.close_block());
         let mut delta = json!({});

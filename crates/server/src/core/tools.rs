@@ -308,6 +308,17 @@ impl AnswerStream {
         AnswerStream { mode }
     }
 
+    /// The stream of a request's answer: with tools as [`Self::new`], without them plain
+    /// text from the start.
+    pub fn for_request(tools: Option<&Tools>) -> Self {
+        tools.map_or(AnswerStream { mode: Mode::Text }, Self::new)
+    }
+
+    /// Known to be text (a request without tools, or an `auto` answer that began as text).
+    pub fn is_text(&self) -> bool {
+        matches!(self.mode, Mode::Text)
+    }
+
     pub fn push(&mut self, text: &str) -> Vec<AnswerPiece> {
         match &mut self.mode {
             Mode::Text if text.is_empty() => Vec::new(),

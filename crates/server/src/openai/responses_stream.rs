@@ -29,8 +29,8 @@ enum Item {
 pub(super) struct Events {
     draft: Draft,
     sequence: u64,
-    /// With tools: text or a call, as the answer goes.
-    answer: Option<AnswerStream>,
+    /// Text or a call, as the answer goes (text from the start without tools).
+    answer: AnswerStream,
     opened: Option<Item>,
     /// The text (or argument text) streamed so far.
     text: String,
@@ -38,7 +38,7 @@ pub(super) struct Events {
 
 impl Events {
     pub(super) fn new(draft: Draft) -> Self {
-        let answer = draft.request.tools.as_ref().map(AnswerStream::new);
+        let answer = AnswerStream::for_request(draft.request.tools.as_ref());
         Events {
             draft,
             sequence: 0,
@@ -118,10 +118,7 @@ impl Events {
     }
 
     fn push(&mut self, text: &str) -> Vec<Frame> {
-        let pieces = match &mut self.answer {
-            Some(answer) => answer.push(text),
-            None => vec![AnswerPiece::Text(text.to_string())],
-        };
+        let pieces = self.answer.push(text);
         self.pieces(pieces)
     }
 }
@@ -135,7 +132,7 @@ impl Encoder for Events {
             self.event("response.created", json!({"response": response.clone()})),
             self.event("response.in_progress", json!({"response": response})),
         ];
-        if self.answer.is_none() {
+        if self.answer.is_text() {
             frames.extend(self.open_message());
         }
         frames
@@ -150,10 +147,7 @@ impl Encoder for Events {
     }
 
     fn finish(&mut self, g: &Generation, _: usize, f: &Finish, c: &Completion) -> Vec<Frame> {
-        let rest = match &mut self.answer {
-            Some(answer) => answer.finish().0,
-            None => Vec::new(),
-        };
+        let rest = self.answer.finish().0;
         let mut frames = self.pieces(rest);
         let response = self.draft.finished(&c.text, f, g.usage());
         let item = response["output"][0].clone();
