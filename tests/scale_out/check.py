@@ -37,10 +37,12 @@ def post(path, body, timeout=300):
 
 
 def metric(base, name):
+    """The sum of a series over its labels (one per loaded model)."""
     with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
+        values = [float(line.split()[-1]) for line in r.read().decode().splitlines()
+                  if line.startswith(name + " ") or line.startswith(name + "{")]
+        if values:
+            return sum(values)
     raise AssertionError(f"{base}: no {name}")
 
 

@@ -95,6 +95,12 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The config of the GGUF at `path`, from its header alone (the weights are mapped, not
+    /// read): what a server needs to price a model before loading it.
+    pub fn read(path: impl AsRef<std::path::Path>) -> Result<ModelConfig, EngineError> {
+        ModelConfig::from_gguf(&GgufFile::open(path)?)
+    }
+
     /// Reads the hyper-parameters of `f`'s architecture. `n_vocab` comes from the embedding
     /// tensor, the one number the forward pass really depends on.
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, EngineError> {

@@ -23,5 +23,7 @@ mod weights;
 
 pub use config::{Arch, ModelConfig};
 pub use error::EngineError;
+/// The kernels' thread pool, which a server shares between its models ([`Model::load_in`]).
+pub use ferrox_kernels::ThreadPool;
 pub use kv::{BlockId, KvCache, KvShape, SeqChunk};
 pub use model::Model;

@@ -52,7 +52,10 @@ pub struct Model {
     /// faster; see `ferrox_kernels::Q8Rows8`). Its file pages are released as it is built.
     head_rows8: Option<Q8Rows8>,
     tokenizer: Tokenizer,
-    pool: ThreadPool,
+    /// Shared between models when a server holds several (`Model::load_in`): the pool runs
+    /// one loop at a time, so two models stepping together take turns on the machine's
+    /// threads instead of oversubscribing them.
+    pool: Arc<ThreadPool>,
     /// RoPE frequencies for global layers and for sliding-window layers.
     freqs_global: Vec<f32>,
     freqs_swa: Vec<f32>,
@@ -65,10 +68,20 @@ pub struct Model {
 impl Model {
     /// Memory-maps and loads the GGUF at `path`, running kernels on `n_threads` threads.
     pub fn load(path: impl AsRef<Path>, n_threads: usize) -> Result<Model, EngineError> {
-        Model::from_gguf(GgufFile::open(path)?, n_threads)
+        Model::load_in(path, Arc::new(ThreadPool::new(n_threads.max(1))))
     }
 
-    pub fn from_gguf(mut file: GgufFile, n_threads: usize) -> Result<Model, EngineError> {
+    /// [`Model::load`] on a pool the caller shares with other models.
+    pub fn load_in(path: impl AsRef<Path>, pool: Arc<ThreadPool>) -> Result<Model, EngineError> {
+        Model::from_gguf_in(GgufFile::open(path)?, pool)
+    }
+
+    pub fn from_gguf(file: GgufFile, n_threads: usize) -> Result<Model, EngineError> {
+        Model::from_gguf_in(file, Arc::new(ThreadPool::new(n_threads.max(1))))
+    }
+
+    /// [`Model::from_gguf`] on a shared pool.
+    pub fn from_gguf_in(mut file: GgufFile, pool: Arc<ThreadPool>) -> Result<Model, EngineError> {
         let config = ModelConfig::from_gguf(&file)?;
         let weights = Weights::bind(&file, &config)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
@@ -102,7 +115,7 @@ impl Model {
             weights,
             head_rows8,
             tokenizer,
-            pool: ThreadPool::new(n_threads.max(1)),
+            pool,
             freqs_global,
             freqs_swa,
             scratch: Mutex::new(Scratch::default()),

@@ -6,6 +6,7 @@ mod bench_reuse;
 mod bench_route;
 mod bench_serve;
 mod inspect;
+mod ps;
 mod pull;
 mod run;
 mod serve;
@@ -36,7 +37,9 @@ enum Cmd {
     Run(run::RunArgs),
     /// Serve the model over HTTP: OpenAI (chat, completions, responses), Anthropic messages,
     /// llama.cpp native routes.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
+    /// What a running server has loaded: each model's status, memory and when it unloads.
+    Ps(ps::PsArgs),
     /// Measure prefill, decode and batched decode throughput; `bench serve` load-tests a server.
     Bench(BenchCmd),
 }
@@ -81,8 +84,9 @@ fn main() {
             ..
         }) => bench_grammar::bench_grammar(args),
         Cmd::Bench(BenchCmd { sub: None, args }) => bench::bench(args),
-        Cmd::Serve(args) => serve::serve(args),
+        Cmd::Serve(args) => serve::serve(*args),
         Cmd::Run(args) => run::run(args),
+        Cmd::Ps(args) => ps::ps(args),
     };
     if let Err(e) = result {
         eprintln!("ferrox: error: {e}");

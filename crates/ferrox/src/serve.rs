@@ -1,4 +1,5 @@
-//! `ferrox serve`: the OpenAI-compatible HTTP server on one model.
+//! `ferrox serve`: the HTTP server, on one model or many (`-m` repeated, `--alias
+//! NAME=FILE`, `--models-dir`; `ferrox_server::models` loads them on demand).
 //!
 //! Flags follow llama-server where they mean the same thing (`-m`, `--host`, `--port`, `-t`,
 //! `-c`, `-np`/`--parallel`, `-a`/`--alias`); each also reads a `FERROX_*` environment
@@ -7,24 +8,43 @@
 //! (`ServerConfig`, `SchedulerConfig`); everything else is `ferrox_server`.
 //!
 //! Start-up order: bind the socket first (so `/health` answers 503 while loading and a
-//! client can wait on it), then fetch the default model if needed and load it on the
-//! blocking pool, then mark the server ready. SIGINT or SIGTERM, at any point, stops
+//! client can wait on it), then fetch the default model if no model is given, register
+//! every model, load the first (the default for requests that name none), then mark the
+//! server ready. The others load when a request names them. SIGINT or SIGTERM, at any point, stops
 //! accepting, lets in-flight requests finish for `--shutdown-grace` seconds, and exits 0.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ferrox_engine::Model;
 use ferrox_sched::{KvBudget, Pooling, SchedulerConfig};
-use ferrox_server::{ApiKeys, AppState, Generator, ServerConfig, TlsConfig};
+use ferrox_server::{
+    ApiKeys, AppState, KeepAlive, ModelsConfig, Registry, ServerConfig, TlsConfig,
+};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// GGUF model file (default: the cached default model, fetched on first use).
+    /// GGUF model file; repeat to serve several (id: the file name without .gguf). The
+    /// first is the default for requests that name no model. Default: the cached default
+    /// model, fetched on first use.
     #[arg(short = 'm', long, env = "FERROX_MODEL")]
-    pub model: Option<PathBuf>,
+    pub model: Vec<PathBuf>,
+    /// Serve every .gguf file in this directory too (id: the file name without .gguf).
+    #[arg(long, env = "FERROX_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Most models loaded at once; loading another unloads the least recently used idle
+    /// one [default: no limit].
+    #[arg(long, env = "FERROX_MAX_LOADED_MODELS")]
+    pub max_loaded_models: Option<usize>,
+    /// Most bytes of weights and KV cache loaded at once (each model priced from its GGUF
+    /// header before it loads); the least recently used idle models make room
+    /// [default: no limit].
+    #[arg(long, env = "FERROX_MEMORY_BUDGET")]
+    pub memory_budget: Option<u64>,
+    /// How long an idle model stays loaded, as Ollama's keep_alive: `5m`, `30s`, `0` (unload
+    /// when idle), `-1` (keep) [default: -1]. A request's `keep_alive` overrides it.
+    #[arg(long, env = "FERROX_KEEP_ALIVE", allow_hyphen_values = true)]
+    pub keep_alive: Option<String>,
     /// Address to listen on. The default is loopback only; use 0.0.0.0 to accept remote
     /// clients (then set --api-key).
     #[arg(long, env = "FERROX_HOST", default_value = "127.0.0.1")]
@@ -62,9 +82,10 @@ pub struct ServeArgs {
     /// KV cache size in bytes [default: 1 GiB].
     #[arg(long, env = "FERROX_CB_KV_BUDGET_BYTES")]
     pub kv_budget_bytes: Option<u64>,
-    /// The model id clients use and /v1/models lists (default: the file name without .gguf).
+    /// `NAME=FILE` serves FILE under the id NAME (repeatable); a plain `NAME` renames the
+    /// one `-m` model (llama-server's meaning).
     #[arg(short = 'a', long = "alias", env = "FERROX_ALIAS")]
-    pub alias: Option<String>,
+    pub alias: Vec<String>,
     /// max_tokens for requests that give none (capped by the context left).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = ServerConfig::default().default_max_tokens)]
     pub default_max_tokens: usize,
@@ -165,6 +186,76 @@ impl ServeArgs {
         Ok(c)
     }
 
+    /// The registry's config: the scheduler's, the kernel threads, the residency bounds.
+    pub fn models_config(&self) -> Result<ModelsConfig, String> {
+        let keep_alive = match &self.keep_alive {
+            Some(text) => KeepAlive::parse(text).map_err(|e| format!("--keep-alive: {e}"))?,
+            None => KeepAlive::Forever,
+        };
+        Ok(ModelsConfig {
+            scheduler: self.scheduler_config()?,
+            threads: self
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            max_loaded: self.max_loaded_models.map(|n| n.max(1)),
+            memory_budget: self.memory_budget,
+            keep_alive,
+        })
+    }
+
+    /// The models the flags name, in order, the default first: each `-m` (a plain
+    /// `--alias NAME` renames the only one), each `--alias NAME=FILE`, then the `.gguf`
+    /// files of `--models-dir` by name. Empty: serve the default model.
+    pub fn models(&self) -> Result<Vec<(String, PathBuf)>, String> {
+        let (renames, named): (Vec<&String>, Vec<&String>) =
+            self.alias.iter().partition(|a| !a.contains('='));
+        let others = !named.is_empty() || self.models_dir.is_some();
+        if renames.len() > 1 || (!renames.is_empty() && (self.model.len() > 1 || others)) {
+            return Err(
+                "a plain --alias NAME names the one model served; with several, use \
+                        --alias NAME=FILE"
+                    .into(),
+            );
+        }
+        let mut out: Vec<(String, PathBuf)> = self
+            .model
+            .iter()
+            .map(|path| {
+                let id = renames
+                    .first()
+                    .map_or_else(|| stem(path), |n| n.to_string());
+                (id, path.clone())
+            })
+            .collect();
+        for a in named {
+            let (name, file) = a.split_once('=').expect("partitioned on '='");
+            if name.is_empty() || file.is_empty() {
+                return Err(format!("--alias {a:?}: expected NAME=FILE"));
+            }
+            out.push((name.to_string(), PathBuf::from(file)));
+        }
+        if let Some(dir) = &self.models_dir {
+            let entries = std::fs::read_dir(dir)
+                .map_err(|e| format!("cannot read --models-dir {}: {e}", dir.display()))?;
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+                })
+                .collect();
+            if files.is_empty() {
+                return Err(format!(
+                    "--models-dir {}: no .gguf file in it",
+                    dir.display()
+                ));
+            }
+            files.sort();
+            out.extend(files.into_iter().map(|f| (stem(&f), f)));
+        }
+        Ok(out)
+    }
+
     pub fn server_config(&self) -> Result<ServerConfig, String> {
         let mut keys = self.api_keys.clone();
         if let Some(file) = &self.api_key_file {
@@ -192,7 +283,6 @@ impl ServeArgs {
             _ => return Err("--tls-cert and --tls-key go together".into()),
         };
         Ok(ServerConfig {
-            model_id: self.alias.clone(),
             max_body_bytes: self.max_body_bytes,
             default_max_tokens: self.default_max_tokens,
             responses_max_entries: self.responses_max_entries,
@@ -222,18 +312,6 @@ impl ServeArgs {
     }
 }
 
-/// Gives the calling thread the lowest scheduling priority (nice 19; on Linux nice is per
-/// thread), so that its work runs on CPU nothing else wants.
-fn lowest_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours; a
-    // failure only leaves the priority as it was.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-    }
-}
-
 /// `--pooling`'s values.
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
 pub enum PoolingArg {
@@ -247,21 +325,22 @@ pub enum PoolingArg {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<(), String> {
-    let scheduler_config = args.scheduler_config()?;
+    let models = args.models_config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("ferrox-http")
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let result = runtime.block_on(serve_async(args, scheduler_config));
+    let result = runtime.block_on(serve_async(args, models));
     // A model still loading when a signal came keeps a blocking thread; do not wait for it.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
-async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Result<(), String> {
-    // Before binding: a bad key file or certificate stops the server here.
+async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String> {
+    // Before binding: a bad key file, certificate or model list stops the server here.
     let config = args.server_config()?;
+    let listed = args.models()?;
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -285,7 +364,7 @@ async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Resu
     if !config.api_keys.is_empty() {
         tracing::info!("API keys: {} configured", config.api_keys.len());
     }
-    let state = AppState::loading(config);
+    let state = AppState::new(config, models);
     let grace = Duration::from_secs(args.shutdown_grace);
     let mut server = tokio::spawn(ferrox_server::run(
         listener,
@@ -293,31 +372,27 @@ async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Resu
         ferrox_server::shutdown_signal(),
         grace,
     ));
-    let load = {
-        let state = state.clone();
-        let args = args.clone();
-        tokio::task::spawn_blocking(move || load(&args, scheduler_config, &state))
+    let load_default = async {
+        let (registry, alias) = (std::sync::Arc::clone(&state.models), args.alias.clone());
+        let default = tokio::task::spawn_blocking(move || register(listed, &alias, &registry))
+            .await
+            .map_err(|e| e.to_string())??;
+        state
+            .models
+            .load(&default, None)
+            .await
+            .map_err(|e| e.to_string())
     };
     tokio::select! {
-        loaded = load => {
-            let generator = loaded.map_err(|e| format!("loading failed: {e}"))??;
+        loaded = load_default => {
+            let generator = loaded.map_err(|e| format!("loading failed: {e}"))?;
             tracing::info!(
                 model = %generator.model_id,
+                models = state.models.list().len(),
                 context_tokens = generator.context_tokens,
                 "ready on {scheme}://{local}"
             );
-            let generator = Arc::new(generator);
-            state.set_ready_arc(Arc::clone(&generator));
-            // The grammar engine's token trie, built off the request path, on idle CPU only:
-            // at normal priority it took a core from the first request's prefill (turn 1 of a
-            // conversation 0.7-1 s slower when it arrived right after start).
-            std::thread::Builder::new()
-                .name("ferrox-grammar-warm".into())
-                .spawn(move || {
-                    lowest_priority();
-                    generator.grammars.warm()
-                })
-                .map_err(|e| format!("cannot start a thread: {e}"))?;
+            state.set_ready();
         }
         finished = &mut server => {
             tracing::info!("stopped while the model was loading");
@@ -332,24 +407,32 @@ async fn serve_async(args: ServeArgs, scheduler_config: SchedulerConfig) -> Resu
     Ok(())
 }
 
-/// Fetches (if needed) and loads the model, and starts its scheduler.
-fn load(
-    args: &ServeArgs,
-    scheduler: SchedulerConfig,
-    state: &AppState,
-) -> Result<Generator, String> {
-    let path = crate::resolve_model(args.model.clone())?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let model = Model::load(&path, threads).map_err(|e| format!("{}: {e}", path.display()))?;
-    Generator::start(
-        Arc::new(model),
-        &path,
-        scheduler,
-        &state.config,
-        Arc::clone(&state.metrics),
-    )
+/// Registers every model (fetching the default model when none is given) and returns the
+/// default's id.
+fn register(
+    listed: Vec<(String, PathBuf)>,
+    alias: &[String],
+    registry: &Registry,
+) -> Result<String, String> {
+    let listed = if listed.is_empty() {
+        let path = crate::resolve_model(None)?;
+        let id = alias.first().cloned().unwrap_or_else(|| stem(&path));
+        vec![(id, path)]
+    } else {
+        listed
+    };
+    for (id, path) in &listed {
+        // A typo in a path stops the start, not the first request for it.
+        std::fs::metadata(path).map_err(|e| format!("model {id:?}: {}: {e}", path.display()))?;
+        registry.add(id, path.clone())?;
+    }
+    Ok(listed[0].0.clone())
+}
+
+/// A model's default id: its file name without `.gguf`.
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
 }
 
 /// llama-server spells `--parallel` as `-np`, which is not a valid short flag for clap (one

@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderMap, AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
@@ -43,6 +43,8 @@ pub struct Endpoint {
     pub authority: String,
     /// Prefixed to every path; empty or starting with `/` without a trailing one.
     pub base_path: String,
+    /// Sent as `Authorization: Bearer KEY` with every request.
+    pub api_key: Option<String>,
 }
 
 impl Endpoint {
@@ -73,6 +75,7 @@ impl Endpoint {
         Ok(Endpoint {
             authority,
             base_path: path.trim_end_matches('/').to_string(),
+            api_key: None,
         })
     }
 
@@ -80,6 +83,7 @@ impl Endpoint {
         Endpoint {
             authority: addr.to_string(),
             base_path: String::new(),
+            api_key: None,
         }
     }
 
@@ -106,6 +110,9 @@ impl Endpoint {
             .method(method)
             .uri(format!("{}{path}", self.base_path))
             .header(HOST, &self.authority);
+        if let Some(key) = &self.api_key {
+            builder = builder.header(AUTHORIZATION, format!("Bearer {key}"));
+        }
         let bytes = match body {
             Some((bytes, content_type)) => {
                 builder = builder.header(CONTENT_TYPE, content_type);

@@ -5,8 +5,8 @@
 //! continuous-batching scheduler.
 //!
 //! A request's path, each arrow a call you can follow: a protocol's handler (e.g.
-//! `anthropic::messages::handle`) gets the pinned [`Generator`] ([`state::Ready`]) and the
-//! body ([`http::params::JsonBody`]) → its parser turns the body into the core's
+//! `anthropic::messages::handle`) gets the body and the [`Generator`] of the model it names,
+//! pinned for the request ([`models::Pinned`], which loads the model if it must) → its parser turns the body into the core's
 //! protocol-free request once → [`core::generate::generate`], the one generation path,
 //! renders and tokenizes the prompt off the async runtime and submits one scheduler request
 //! per choice → the handler encodes the events, collected into one reply or streamed by
@@ -15,7 +15,8 @@
 //!
 //! Layers, dependencies pointing inward: the protocol adapters ([`openai`], [`anthropic`],
 //! [`llamacpp`]), which never import each other; [`core`], which knows no wire format and no
-//! status; [`http`] plumbing. Beside them: [`state`], [`routes`] (the router, each protocol's
+//! status; [`http`] plumbing. Beside them: [`state`], [`models`] (the registry of every
+//! model: load on demand, hot swap, unload), [`routes`] (the router, each protocol's
 //! routes in its error shape), [`server`] (sockets, connection timeouts and graceful shutdown),
 //! [`tls`] (HTTPS on rustls), [`client`] (a small
 //! HTTP client for the load benchmark and the tests).
@@ -27,6 +28,7 @@ pub mod client;
 pub mod core;
 pub mod http;
 pub mod llamacpp;
+pub mod models;
 pub mod openai;
 pub mod routes;
 pub mod server;
@@ -35,6 +37,7 @@ pub mod tls;
 
 pub use crate::core::error::ApiError;
 pub use crate::http::auth::ApiKeys;
+pub use models::{KeepAlive, ModelsConfig, Registry};
 pub use routes::{app, check_cors_origin, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
 pub use state::{AppState, Generator, ServerConfig};

@@ -23,7 +23,7 @@
 
 use std::any::Any;
 
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -39,8 +39,9 @@ use crate::http::errors::{render, with_error_shape};
 use crate::http::metrics::track_requests;
 use crate::http::params::BodyLimit;
 use crate::llamacpp::{self, tokenize};
+use crate::models;
 use crate::openai;
-use crate::state::{AppState, Generator, Ready};
+use crate::state::AppState;
 
 /// The whole server.
 pub fn app(state: AppState) -> Router {
@@ -55,8 +56,10 @@ pub fn app(state: AppState) -> Router {
         guard(metrics)
     };
     let openai = Router::new()
-        .route("/v1/models", get(models))
-        .route("/v1/models/:id", get(model))
+        .route("/v1/models", get(models::routes::list))
+        .route("/v1/models/:id", get(models::routes::one))
+        .route("/admin/models/load", post(models::routes::load))
+        .route("/admin/models/unload", post(models::routes::unload))
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/completions", post(openai::completions::handle))
         .route("/v1/embeddings", post(openai::embeddings::handle))
@@ -234,51 +237,35 @@ fn cors(origins: &[String]) -> tower::util::Either<CorsLayer, tower::layer::util
     )
 }
 
-/// 200 when the model is loaded and the scheduler runs; 503 while loading, while draining
-/// for a shutdown (a load balancer's readiness probe takes the replica out), or if the
-/// scheduler's worker is gone.
-async fn health(State(state): State<AppState>, Ready(g): Ready) -> Result<Json<Value>, ApiError> {
+/// 200 once the default model has loaded at start and while every loaded model's scheduler
+/// runs; 503 while starting, while draining for a shutdown (a load balancer's readiness
+/// probe takes the replica out), or if a scheduler's worker is gone.
+async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if !state.is_ready() {
+        return Err(ApiError::Loading);
+    }
     if state.is_draining() {
         return Err(ApiError::Draining);
     }
-    if !g.scheduler.status().healthy {
+    if state
+        .models
+        .loaded()
+        .iter()
+        .any(|g| !g.scheduler.status().healthy)
+    {
         return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone));
     }
     Ok(Json(json!({"status": "ok"})))
 }
 
-fn model_object(g: &Generator) -> Value {
-    json!({
-        "id": g.model_id,
-        "object": "model",
-        "created": g.created,
-        "owned_by": "ferrox",
-        "meta": {
-            "arch": g.model.config().arch.name(),
-            "n_vocab": g.model.vocab_size(),
-            "n_ctx_train": g.model.max_context(),
-            "n_ctx": g.context_tokens,
-        },
-    })
-}
-
-async fn models(Ready(g): Ready) -> Json<Value> {
-    Json(json!({"object": "list", "data": [model_object(&g)]}))
-}
-
-async fn model(Ready(g): Ready, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    g.check_model(Some(&id))?;
-    Ok(Json(model_object(&g)))
-}
-
 async fn metrics(State(state): State<AppState>) -> Response {
-    let generator = state.generator().ok();
-    let status = generator
-        .as_ref()
-        .map(|g| (g.scheduler.status(), g.model_id.clone()));
-    let text = state
-        .metrics
-        .render(status.as_ref().map(|(s, model)| (s, model.as_str())));
+    let loaded: Vec<_> = state
+        .models
+        .loaded()
+        .iter()
+        .map(|g| (g.scheduler.status(), g.model_id.clone()))
+        .collect();
+    let text = state.metrics.render(&loaded);
     (
         [(
             header::CONTENT_TYPE,

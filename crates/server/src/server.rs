@@ -110,10 +110,8 @@ pub async fn run(
         () = tokio::time::sleep(grace) => {
             tracing::warn!("grace period of {grace:?} over: cancelling the requests still running");
             // Streams end with their protocol's error event; give them a moment to send it.
-            if let Ok(g) = state.generator() {
-                g.stop_streams();
-                tokio::time::sleep(STREAM_FLUSH).await;
-            }
+            state.models.stop_streams();
+            tokio::time::sleep(STREAM_FLUSH).await;
         }
     }
     Ok(())

@@ -1,20 +1,16 @@
 //! What a request is served with: [`Generator`], the one struct that carries everything a
-//! generation needs, and [`AppState`], which holds it once the model has loaded.
+//! generation on one model needs, and [`AppState`], the router's state, which holds the
+//! [`Registry`] of every model (`models/`).
 //!
-//! The [`Ready`] extractor is how a route gets the generator: it answers 503 while the model
-//! loads (so does `/health`), and otherwise hands the route an `Arc<Generator>` that the
-//! request keeps until it ends. The `Arc` is the pin: a request finishes on the model,
-//! template and scheduler it started with, whatever happens to the state meanwhile (today the
-//! state is set once, but nothing in a route depends on that).
+//! A route gets its generator through the [`crate::models::Pinned`] extractor, as an
+//! `Arc<Generator>` that the request keeps until it ends. The `Arc` is the pin: a request
+//! finishes on the model, template and scheduler it started with, whatever happens to the
+//! registry meanwhile (a hot swap, an unload).
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::async_trait;
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use ferrox_engine::template::ChatTemplate;
 use ferrox_engine::Model;
 use ferrox_sched::{Pooling, Scheduler, SchedulerConfig, SchedulerHandle};
@@ -24,6 +20,7 @@ use crate::core::grammar::Grammars;
 use crate::http::auth::ApiKeys;
 use crate::http::metrics::Metrics;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
+use crate::models::{ModelsConfig, Registry};
 use crate::openai::store::{self, ResponseStore};
 use crate::tls::TlsConfig;
 
@@ -31,8 +28,6 @@ use crate::tls::TlsConfig;
 /// binary from flags and environment, by tests directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// The model id clients name and `/v1/models` lists; `None`: the GGUF file's stem.
-    pub model_id: Option<String>,
     /// Largest request body; larger ones get 413.
     pub max_body_bytes: usize,
     /// `max_tokens` when a request gives none, capped by the context left after the prompt.
@@ -106,7 +101,6 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            model_id: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             default_max_tokens: 2048,
             responses_max_entries: store::DEFAULT_MAX_ENTRIES,
@@ -124,8 +118,9 @@ impl Default for ServerConfig {
     }
 }
 
-/// Everything a generation needs, built once when the model has loaded. Every generating
-/// route takes it (through [`Ready`]), and `generate.rs` is the one path that uses it.
+/// Everything a generation on one model needs, built once when the model has loaded. Every
+/// generating route takes it (through [`crate::models::Pinned`]), and `generate.rs` is the
+/// one path that uses it.
 pub struct Generator {
     /// The model: its tokenizer renders prompts and logprob pieces, and the scheduler's
     /// worker runs its forward pass.
@@ -151,19 +146,20 @@ pub struct Generator {
     /// Unix seconds when the model was loaded (`created` in `/v1/models`).
     pub created: u64,
     /// Set when the shutdown grace is over: every stream still running ends with its
-    /// protocol's error event and terminator instead of being cut mid-body.
-    stop_streams: tokio::sync::watch::Sender<bool>,
+    /// protocol's error event and terminator instead of being cut mid-body. One signal for
+    /// every version of every model ([`Registry::stop_streams`]).
+    stop_streams: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Generator {
-    /// Starts the scheduler on `model` and reads its chat template. `model_path` names the
-    /// model when the config gives no id.
+    /// Starts the scheduler on `model` and reads its chat template.
     pub fn start(
         model: Arc<Model>,
-        model_path: &Path,
+        model_id: String,
         scheduler: SchedulerConfig,
         config: &ServerConfig,
         metrics: Arc<Metrics>,
+        stop_streams: tokio::sync::watch::Receiver<bool>,
     ) -> Result<Generator, String> {
         let tokenizer = model.tokenizer();
         let template = ChatTemplate::from_gguf(model.file(), model.config().arch.name(), tokenizer)
@@ -178,11 +174,6 @@ impl Generator {
         let scheduler = Scheduler::start(Arc::clone(&model), scheduler)
             .map_err(|e| format!("scheduler: {e}"))?;
         let context_tokens = scheduler.limits().max_context_tokens;
-        let model_id = config.model_id.clone().unwrap_or_else(|| {
-            model_path
-                .file_stem()
-                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
-        });
         let pooling = config.pooling.unwrap_or(match model.config().pooling_type {
             Some(2) => Pooling::Cls,
             Some(3) => Pooling::Last,
@@ -202,7 +193,7 @@ impl Generator {
             pooling,
             metrics,
             created: unix_now(),
-            stop_streams: tokio::sync::watch::channel(false).0,
+            stop_streams,
         })
     }
 
@@ -212,55 +203,67 @@ impl Generator {
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
     }
 
-    /// Ends every stream still running (the shutdown grace is over).
-    pub fn stop_streams(&self) {
-        self.stop_streams.send_replace(true);
-    }
-
     /// What a stream watches to learn that it must end.
     pub fn streams_stopped(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.stop_streams.subscribe()
-    }
-
-    /// Refuses a request that names another model (a request that names none is served).
-    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
-        match requested {
-            Some(m) if m != self.model_id => Err(ApiError::ModelNotFound {
-                model: m.to_string(),
-                served: self.model_id.clone(),
-            }),
-            _ => Ok(()),
-        }
+        self.stop_streams.clone()
     }
 }
 
-/// The router's state: the generator once loaded, the metrics (which exist from the start,
-/// so requests during loading are counted) and the config.
+/// The router's state: the models, the metrics (which exist from the start, so requests
+/// during loading are counted) and the config.
 #[derive(Clone)]
 pub struct AppState {
-    generator: Arc<OnceLock<Arc<Generator>>>,
+    pub models: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub config: Arc<ServerConfig>,
     /// Stored responses of the Responses API; they outlive any one model.
     pub responses: Arc<ResponseStore>,
+    /// Set once the default model has loaded at start: `/health` answers 503 until then.
+    ready: Arc<AtomicBool>,
     /// Set on the shutdown signal: `/health` answers 503 from then on, so a load balancer
     /// takes the replica out while its in-flight requests finish.
     draining: Arc<AtomicBool>,
 }
 
 impl AppState {
-    /// A state whose model is still loading: generating routes and `/health` answer 503.
-    pub fn loading(config: ServerConfig) -> AppState {
+    /// A state with no model yet: `/health` answers 503 until [`Self::set_ready`], and so
+    /// does every model route until a model is added to [`Self::models`].
+    pub fn new(config: ServerConfig, models: ModelsConfig) -> AppState {
+        let config = Arc::new(config);
+        let metrics = Arc::new(Metrics::default());
         AppState {
-            generator: Arc::new(OnceLock::new()),
-            metrics: Arc::new(Metrics::default()),
+            models: Registry::new(models, Arc::clone(&config), Arc::clone(&metrics)),
+            metrics,
             responses: Arc::new(ResponseStore::new(
                 config.responses_max_entries,
                 config.responses_max_bytes,
             )),
-            config: Arc::new(config),
+            config,
+            ready: Arc::new(AtomicBool::new(false)),
             draining: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// [`Self::new`] with the default models config.
+    pub fn loading(config: ServerConfig) -> AppState {
+        AppState::new(config, ModelsConfig::default())
+    }
+
+    /// The default model is up: `/health` answers 200.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// 503 while the server has no model at all (it is still starting).
+    pub fn check_started(&self) -> Result<(), ApiError> {
+        if self.models.list().is_empty() {
+            return Err(ApiError::Loading);
+        }
+        Ok(())
     }
 
     /// The shutdown signal came (`server.rs`): no longer ready for new work.
@@ -272,31 +275,10 @@ impl AppState {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// Makes the server ready. A second call is ignored (the first generator stays).
-    pub fn set_ready(&self, generator: Generator) {
-        self.set_ready_arc(Arc::new(generator));
-    }
-
-    /// [`Self::set_ready`] with a generator the caller keeps a handle to.
-    pub fn set_ready_arc(&self, generator: Arc<Generator>) {
-        let _ = self.generator.set(generator);
-    }
-
-    /// The generator, or 503 while loading.
+    /// The default model's version serving now (tests and status lines; requests go
+    /// through [`crate::models::Pinned`]).
     pub fn generator(&self) -> Result<Arc<Generator>, ApiError> {
-        self.generator.get().cloned().ok_or(ApiError::Loading)
-    }
-}
-
-/// Extracts the generator, pinned for the request; 503 while the model loads.
-pub struct Ready(pub Arc<Generator>);
-
-#[async_trait]
-impl FromRequestParts<AppState> for Ready {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state.generator().map(Ready)
+        self.models.get(None).ok_or(ApiError::Loading)
     }
 }
 

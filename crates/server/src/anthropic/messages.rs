@@ -33,14 +33,10 @@ use crate::core::ids::random_id;
 use crate::core::request::Input;
 use crate::core::stream::{drive, Encoder};
 use crate::core::tools::{AnswerPiece, AnswerStream};
-use crate::http::params::JsonBody;
 use crate::http::sse::{sse_response, Frame, Ping};
-use crate::state::Ready;
+use crate::models::Pinned;
 
-pub async fn handle(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_messages(body)?;
     let options = request.options;
     let tools = request.tools;
@@ -79,12 +75,9 @@ pub async fn handle(
     Ok(Json(body).into_response())
 }
 
-pub async fn count_tokens(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
-    let (model, messages) = parse_count_tokens(body)?;
-    generator.check_model(model.as_deref())?;
+pub async fn count_tokens(Pinned { generator, body }: Pinned) -> Result<Json<Value>, ApiError> {
+    // The model is the one `Pinned` resolved from this same field.
+    let (_model, messages) = parse_count_tokens(body)?;
     let ids = prompt_ids(&generator, Input::Chat(messages)).await?;
     Ok(Json(json!({ "input_tokens": ids.len() })))
 }

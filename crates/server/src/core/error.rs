@@ -39,8 +39,30 @@ pub enum ApiError {
     /// becomes [`ApiError::InvalidParameter`] naming the parameter).
     #[error("{}", refusal_message(.0))]
     Refused(Refusal),
-    #[error("the model `{model}` does not exist; this server serves `{served}`")]
-    ModelNotFound { model: String, served: String },
+    #[error("the model `{model}` does not exist; this server serves {}", list_ids(.available))]
+    ModelNotFound {
+        model: String,
+        available: Vec<String>,
+    },
+    /// Loading a model failed (a missing or hostile file, an unsupported architecture); a
+    /// version already serving under its id keeps serving.
+    #[error("loading the model `{model}` from {path} failed: {reason}")]
+    ModelLoadFailed {
+        model: String,
+        path: String,
+        reason: String,
+    },
+    /// The model could never be resident within `--memory-budget`, even with every other
+    /// model unloaded (its weights and KV cache, priced from the GGUF header).
+    #[error(
+        "the model `{model}` needs {needed_bytes} bytes (weights and KV cache), over the \
+         memory budget of {budget_bytes} bytes"
+    )]
+    ModelTooLarge {
+        model: String,
+        needed_bytes: u64,
+        budget_bytes: u64,
+    },
     /// A stored object (a response) that does not exist, or no longer does.
     #[error("{what} `{id}` not found (it was never stored, was deleted, or was evicted)")]
     ObjectNotFound { what: &'static str, id: String },
@@ -114,6 +136,18 @@ pub enum ErrorClass {
     Internal,
 }
 
+/// `a`, `b` and `c`: the ids a server lists, for a message.
+fn list_ids(ids: &[String]) -> String {
+    match ids {
+        [] => "no model".into(),
+        ids => ids
+            .iter()
+            .map(|id| format!("`{id}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 fn refusal_message(r: &Refusal) -> String {
     match r {
         Refusal::ContextLengthExceeded {
@@ -170,6 +204,7 @@ impl ApiError {
                 ErrorClass::Unavailable
             }
             ApiError::Refused(_) => ErrorClass::BadRequest,
+            ApiError::ModelTooLarge { .. } => ErrorClass::BadRequest,
             ApiError::ModelNotFound { .. }
             | ApiError::ObjectNotFound { .. }
             | ApiError::RouteNotFound { .. } => ErrorClass::NotFound,
@@ -183,7 +218,9 @@ impl ApiError {
             ApiError::Loading | ApiError::ShuttingDown | ApiError::Draining => {
                 ErrorClass::Unavailable
             }
-            ApiError::GenerationFailed { .. } | ApiError::Internal { .. } => ErrorClass::Internal,
+            ApiError::GenerationFailed { .. }
+            | ApiError::ModelLoadFailed { .. }
+            | ApiError::Internal { .. } => ErrorClass::Internal,
         }
     }
 
@@ -210,6 +247,8 @@ impl ApiError {
             ApiError::Refused(Refusal::WorkerGone) => "worker_gone",
             ApiError::Refused(Refusal::Invalid(_)) => "invalid_value",
             ApiError::ModelNotFound { .. } => "model_not_found",
+            ApiError::ModelLoadFailed { .. } => "model_load_failed",
+            ApiError::ModelTooLarge { .. } => "model_too_large",
             ApiError::ObjectNotFound { .. } => "not_found",
             ApiError::RouteNotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
@@ -234,7 +273,7 @@ impl ApiError {
             | ApiError::UnknownParameter { param }
             | ApiError::MissingParameter { param } => Some(param),
             ApiError::Refused(Refusal::ContextLengthExceeded { .. }) => Some("max_tokens"),
-            ApiError::ModelNotFound { .. } => Some("model"),
+            ApiError::ModelNotFound { .. } | ApiError::ModelTooLarge { .. } => Some("model"),
             _ => None,
         }
     }
@@ -275,6 +314,14 @@ impl ApiError {
             ApiError::Refused(Refusal::QueueFull { queued, cap }) => {
                 put("queued", json!(queued));
                 put("queue_cap", json!(cap));
+            }
+            ApiError::ModelTooLarge {
+                needed_bytes,
+                budget_bytes,
+                ..
+            } => {
+                put("needed_bytes", json!(needed_bytes));
+                put("budget_bytes", json!(budget_bytes));
             }
             _ => {}
         }

@@ -74,14 +74,13 @@ pub struct RequestUsage {
     pub cached_tokens: usize,
 }
 
-/// Validates the model, builds the prompt, submits every choice: the whole path from a
+/// Builds the prompt, submits every choice: the whole path from a
 /// validated request to a stream of events.
 pub async fn generate(
     generator: Arc<Generator>,
     input: Input,
     options: &GenerationOptions,
 ) -> Result<Generation, ApiError> {
-    generator.check_model(options.model.as_deref())?;
     let chat = matches!(input, Input::Chat(_));
     let constraint = match &options.grammar {
         None => None,

@@ -49,23 +49,24 @@ pub struct GrammarRequest {
     pub param: String,
 }
 
-/// The compiler for one model, its token trie built on first use.
+/// The compiler for one model, its token trie built on first use. Clones share the trie.
+#[derive(Clone)]
 pub struct Grammars {
     model: Arc<Model>,
-    factory: OnceLock<Result<ParserFactory, String>>,
+    factory: Arc<OnceLock<Result<ParserFactory, String>>>,
 }
 
 impl Grammars {
     pub fn new(model: Arc<Model>) -> Self {
         Grammars {
             model,
-            factory: OnceLock::new(),
+            factory: Arc::new(OnceLock::new()),
         }
     }
 
     /// Builds the token trie now (blocking, ~1.2 s for a 262k vocabulary), so that the first
     /// constrained request does not pay for it; `ferrox serve` calls it on a background
-    /// thread once the model is loaded. A failure is reported by the first compile.
+    /// thread once a model is loaded (`models/registry.rs`). A failure is reported by the first compile.
     pub fn warm(&self) {
         let _ = self.factory();
     }

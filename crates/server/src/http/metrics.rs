@@ -5,8 +5,9 @@
 //!   [`track_requests`] middleware, which sees every response, errors and panics included),
 //!   prompt and generated tokens of finished generations, and three latency histograms
 //!   observed by the one generation path (`generate.rs`), so both protocols feed them;
-//! - the scheduler's `SchedulerStatus` snapshot: queue depth, running and prefilling
-//!   sequences, KV blocks, refusals by type, finished requests by reason.
+//! - each loaded model's `SchedulerStatus` snapshot: queue depth, running and prefilling
+//!   sequences, KV blocks, refusals by type, finished requests by reason — one series per
+//!   model, labelled `model` (`model_name` on the vLLM-named ones).
 //!
 //! Hand-written rather than a metrics crate: a dozen series, fixed buckets, atomics; the
 //! format is a few lines of `writeln!`. Histograms keep their sum in whole microseconds so
@@ -138,9 +139,9 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    /// The exposition text; `scheduler` (its status and the served model's id) is `None`
-    /// while the model loads.
-    pub fn render(&self, scheduler: Option<(&SchedulerStatus, &str)>) -> String {
+    /// The exposition text, with the scheduler series of every loaded model (its status and
+    /// id; none while the first model loads).
+    pub fn render(&self, models: &[(SchedulerStatus, String)]) -> String {
         let mut out = String::with_capacity(4096);
         let _ = writeln!(
             out,
@@ -202,9 +203,9 @@ impl Metrics {
             "Requests refused with 401 for a missing or wrong API key.",
             self.auth_failures.load(Ordering::Relaxed),
         );
-        if let Some((s, model)) = scheduler {
-            render_scheduler(&mut out, s);
-            render_gateway(&mut out, s, model);
+        if !models.is_empty() {
+            render_scheduler(&mut out, models);
+            render_gateway(&mut out, models);
         }
         out
     }
@@ -224,150 +225,201 @@ fn counter(out: &mut String, name: &str, help: &str, value: u64) {
     );
 }
 
-fn render_scheduler(out: &mut String, s: &SchedulerStatus) {
-    gauge(
-        out,
-        "ferrox_scheduler_healthy",
-        "1 while the scheduler worker runs.",
-        u8::from(s.healthy),
-    );
-    gauge(
-        out,
-        "ferrox_queue_depth",
-        "Requests waiting for admission.",
-        s.queued,
-    );
-    gauge(
-        out,
-        "ferrox_sequences_running",
-        "Sequences generating tokens.",
-        s.running,
-    );
-    gauge(
-        out,
-        "ferrox_sequences_prefilling",
-        "Sequences still computing their prompt.",
-        s.prefilling,
-    );
-    gauge(
-        out,
-        "ferrox_sequences_preempted",
-        "Sequences preempted for KV blocks, waiting to resume.",
-        s.preempted,
-    );
-    counter(
-        out,
-        "ferrox_preemptions_total",
-        "Sequences preempted for KV blocks (each resumes and loses nothing).",
-        s.preemptions,
-    );
-    gauge(
-        out,
-        "ferrox_kv_blocks_used",
-        "KV cache blocks held by sequences.",
-        s.blocks_total.saturating_sub(s.blocks_free),
-    );
-    gauge(
-        out,
-        "ferrox_kv_blocks_free",
-        "KV cache blocks no sequence holds (free, or cached and reclaimable).",
-        s.blocks_free,
-    );
-    gauge(
-        out,
-        "ferrox_kv_blocks_cached",
-        "KV cache blocks holding a reusable prompt prefix.",
-        s.blocks_cached,
-    );
-    counter(
-        out,
-        "ferrox_prefix_cache_queries_total",
-        "Prompt tokens looked up in the prefix cache.",
-        s.prefix_cache_queries,
-    );
-    counter(
-        out,
-        "ferrox_prefix_cache_hits_total",
-        "Prompt tokens served from the prefix cache instead of computed.",
-        s.prefix_cache_hits,
-    );
-    counter(
-        out,
-        "ferrox_prefix_cache_evictions_total",
-        "Cached KV blocks reclaimed for new KV.",
-        s.prefix_cache_evictions,
-    );
-    gauge(
-        out,
-        "ferrox_kv_blocks_total",
-        "KV cache blocks in the pool.",
-        s.blocks_total,
-    );
-    gauge(
-        out,
-        "ferrox_kv_blocks_peak_used",
-        "Most KV blocks ever leased at once.",
-        s.blocks_peak_used,
-    );
-    let r = &s.refusals;
-    let _ = writeln!(
-        out,
-        "# HELP ferrox_refusals_total Requests the scheduler refused, by type.\n\
-         # TYPE ferrox_refusals_total counter"
-    );
-    for (ty, n) in [
-        ("invalid_request", r.invalid_request),
-        ("context_length_exceeded", r.context_length_exceeded),
-        (
-            "device_memory_budget_exceeded",
-            r.device_memory_budget_exceeded,
-        ),
-        ("queue_full", r.queue_full),
-        ("worker_gone", r.worker_gone),
-    ] {
-        let _ = writeln!(out, "ferrox_refusals_total{{type=\"{ty}\"}} {n}");
-    }
-    let f = &s.finished;
-    let _ = writeln!(
-        out,
-        "# HELP ferrox_requests_finished_total Generations finished, by reason.\n\
-         # TYPE ferrox_requests_finished_total counter"
-    );
-    for (reason, n) in [
-        ("stop", f.stop),
-        ("length", f.length),
-        ("cancelled", f.cancelled),
-        ("error", f.error),
-    ] {
+/// A series: its name, its help, and its value in a status.
+type Series<T> = (&'static str, &'static str, fn(&SchedulerStatus) -> T);
+
+/// One series per loaded model, labelled `{label}="id"` (plus `extra` labels), under one
+/// HELP and TYPE.
+fn per_model(
+    out: &mut String,
+    (name, kind, help): (&str, &str, &str),
+    label: &str,
+    models: &[(SchedulerStatus, String)],
+    value: impl Fn(&SchedulerStatus) -> String,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (s, id) in models {
         let _ = writeln!(
             out,
-            "ferrox_requests_finished_total{{reason=\"{reason}\"}} {n}"
+            "{name}{{{label}=\"{}\"}} {}",
+            escape_label(id),
+            value(s)
         );
     }
-    counter(
+}
+
+/// A counter with one more label than the model, one series per (model, value).
+fn per_model_by(
+    out: &mut String,
+    (name, help): (&str, &str),
+    key: &str,
+    models: &[(SchedulerStatus, String)],
+    values: impl Fn(&SchedulerStatus) -> Vec<(&'static str, u64)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (s, id) in models {
+        for (v, n) in values(s) {
+            let _ = writeln!(
+                out,
+                "{name}{{model=\"{}\",{key}=\"{v}\"}} {n}",
+                escape_label(id)
+            );
+        }
+    }
+}
+
+/// The scheduler's series, one per loaded model (`model` label).
+fn render_scheduler(out: &mut String, models: &[(SchedulerStatus, String)]) {
+    let gauges: [Series<usize>; 9] = [
+        (
+            "ferrox_queue_depth",
+            "Requests waiting for admission.",
+            |s| s.queued,
+        ),
+        (
+            "ferrox_sequences_running",
+            "Sequences generating tokens.",
+            |s| s.running,
+        ),
+        (
+            "ferrox_sequences_prefilling",
+            "Sequences still computing their prompt.",
+            |s| s.prefilling,
+        ),
+        (
+            "ferrox_sequences_preempted",
+            "Sequences preempted for KV blocks, waiting to resume.",
+            |s| s.preempted,
+        ),
+        (
+            "ferrox_kv_blocks_used",
+            "KV cache blocks held by sequences.",
+            |s| s.blocks_total.saturating_sub(s.blocks_free),
+        ),
+        (
+            "ferrox_kv_blocks_free",
+            "KV cache blocks no sequence holds (free, or cached and reclaimable).",
+            |s| s.blocks_free,
+        ),
+        (
+            "ferrox_kv_blocks_cached",
+            "KV cache blocks holding a reusable prompt prefix.",
+            |s| s.blocks_cached,
+        ),
+        (
+            "ferrox_kv_blocks_total",
+            "KV cache blocks in the pool.",
+            |s| s.blocks_total,
+        ),
+        (
+            "ferrox_kv_blocks_peak_used",
+            "Most KV blocks ever leased at once.",
+            |s| s.blocks_peak_used,
+        ),
+    ];
+    per_model(
         out,
-        "ferrox_requests_admitted_total",
-        "Requests admitted into the batch.",
-        s.requests_admitted,
+        (
+            "ferrox_scheduler_healthy",
+            "gauge",
+            "1 while the scheduler worker runs.",
+        ),
+        "model",
+        models,
+        |s| u8::from(s.healthy).to_string(),
     );
-    counter(
+    for (name, help, value) in gauges {
+        per_model(out, (name, "gauge", help), "model", models, |s| {
+            value(s).to_string()
+        });
+    }
+    let counters: [Series<u64>; 9] = [
+        (
+            "ferrox_preemptions_total",
+            "Sequences preempted for KV blocks (each resumes and loses nothing).",
+            |s| s.preemptions,
+        ),
+        (
+            "ferrox_prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache.",
+            |s| s.prefix_cache_queries,
+        ),
+        (
+            "ferrox_prefix_cache_hits_total",
+            "Prompt tokens served from the prefix cache instead of computed.",
+            |s| s.prefix_cache_hits,
+        ),
+        (
+            "ferrox_prefix_cache_evictions_total",
+            "Cached KV blocks reclaimed for new KV.",
+            |s| s.prefix_cache_evictions,
+        ),
+        (
+            "ferrox_requests_admitted_total",
+            "Requests admitted into the batch.",
+            |s| s.requests_admitted,
+        ),
+        (
+            "ferrox_tokens_prefilled_total",
+            "Prompt tokens computed by the scheduler.",
+            |s| s.tokens_prefilled,
+        ),
+        (
+            "ferrox_tokens_decoded_total",
+            "Tokens decoded by the scheduler.",
+            |s| s.tokens_decoded,
+        ),
+        ("ferrox_steps_total", "Forward passes run.", |s| s.steps),
+        (
+            "ferrox_worker_restarts_total",
+            "Panics the scheduler worker recovered from.",
+            |s| s.worker_restarts,
+        ),
+    ];
+    for (name, help, value) in counters {
+        per_model(out, (name, "counter", help), "model", models, |s| {
+            value(s).to_string()
+        });
+    }
+    per_model_by(
         out,
-        "ferrox_tokens_prefilled_total",
-        "Prompt tokens computed by the scheduler.",
-        s.tokens_prefilled,
+        (
+            "ferrox_refusals_total",
+            "Requests the scheduler refused, by type.",
+        ),
+        "type",
+        models,
+        |s| {
+            let r = &s.refusals;
+            vec![
+                ("invalid_request", r.invalid_request),
+                ("context_length_exceeded", r.context_length_exceeded),
+                (
+                    "device_memory_budget_exceeded",
+                    r.device_memory_budget_exceeded,
+                ),
+                ("queue_full", r.queue_full),
+                ("worker_gone", r.worker_gone),
+            ]
+        },
     );
-    counter(
+    per_model_by(
         out,
-        "ferrox_tokens_decoded_total",
-        "Tokens decoded by the scheduler.",
-        s.tokens_decoded,
-    );
-    counter(out, "ferrox_steps_total", "Forward passes run.", s.steps);
-    counter(
-        out,
-        "ferrox_worker_restarts_total",
-        "Panics the scheduler worker recovered from.",
-        s.worker_restarts,
+        (
+            "ferrox_requests_finished_total",
+            "Generations finished, by reason.",
+        ),
+        "reason",
+        models,
+        |s| {
+            let f = &s.finished;
+            vec![
+                ("stop", f.stop),
+                ("length", f.length),
+                ("cancelled", f.cancelled),
+                ("error", f.error),
+            ]
+        },
     );
 }
 
@@ -390,58 +442,77 @@ pub async fn track_requests(
 /// Gateway API Inference Extension's endpoint picker, vLLM's production-stack router), with
 /// vLLM's meanings: waiting = queued or preempted, running = in the batch (prefilling
 /// included), KV usage as a fraction, prefix-cache counters in tokens.
-fn render_gateway(out: &mut String, s: &SchedulerStatus, model: &str) {
-    let label = format!("{{model_name=\"{}\"}}", escape_label(model));
-    let mut series = |name: &str, kind: &str, help: &str, value: String| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{label} {value}"
-        );
-    };
-    series(
-        "vllm:num_requests_waiting",
-        "gauge",
-        "Requests waiting: queued, or preempted and waiting to resume.",
-        (s.queued + s.preempted).to_string(),
-    );
-    series(
-        "vllm:num_requests_running",
-        "gauge",
-        "Sequences in the batch, prefilling or decoding.",
-        (s.running + s.prefilling).to_string(),
-    );
-    let used = s.blocks_total.saturating_sub(s.blocks_free);
-    series(
-        "vllm:kv_cache_usage_perc",
-        "gauge",
-        "KV cache usage, 0 to 1 (blocks held by sequences over all blocks).",
-        (used as f64 / s.blocks_total.max(1) as f64).to_string(),
-    );
-    series(
-        "vllm:prefix_cache_queries_total",
-        "counter",
-        "Prompt tokens looked up in the prefix cache.",
-        s.prefix_cache_queries.to_string(),
-    );
-    series(
-        "vllm:prefix_cache_hits_total",
-        "counter",
-        "Prompt tokens served from the prefix cache.",
-        s.prefix_cache_hits.to_string(),
-    );
-    series(
-        "vllm:num_preemptions_total",
-        "counter",
-        "Sequences preempted for KV blocks.",
-        s.preemptions.to_string(),
-    );
+fn render_gateway(out: &mut String, models: &[(SchedulerStatus, String)]) {
+    let series: [(&str, Series<String>); 6] = [
+        (
+            "gauge",
+            (
+                "vllm:num_requests_waiting",
+                "Requests waiting: queued, or preempted and waiting to resume.",
+                |s| (s.queued + s.preempted).to_string(),
+            ),
+        ),
+        (
+            "gauge",
+            (
+                "vllm:num_requests_running",
+                "Sequences in the batch, prefilling or decoding.",
+                |s| (s.running + s.prefilling).to_string(),
+            ),
+        ),
+        (
+            "gauge",
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV cache usage, 0 to 1 (blocks held by sequences over all blocks).",
+                |s| {
+                    let used = s.blocks_total.saturating_sub(s.blocks_free);
+                    (used as f64 / s.blocks_total.max(1) as f64).to_string()
+                },
+            ),
+        ),
+        (
+            "counter",
+            (
+                "vllm:prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache.",
+                |s| s.prefix_cache_queries.to_string(),
+            ),
+        ),
+        (
+            "counter",
+            (
+                "vllm:prefix_cache_hits_total",
+                "Prompt tokens served from the prefix cache.",
+                |s| s.prefix_cache_hits.to_string(),
+            ),
+        ),
+        (
+            "counter",
+            (
+                "vllm:num_preemptions_total",
+                "Sequences preempted for KV blocks.",
+                |s| s.preemptions.to_string(),
+            ),
+        ),
+    ];
+    for (kind, (name, help, value)) in series {
+        per_model(out, (name, kind, help), "model_name", models, value);
+    }
     let _ = writeln!(
         out,
         "# HELP vllm:cache_config_info The KV cache's geometry.\n\
-         # TYPE vllm:cache_config_info gauge\n\
-         vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1",
-        s.block_size_tokens, s.blocks_total
+         # TYPE vllm:cache_config_info gauge"
     );
+    for (s, id) in models {
+        let _ = writeln!(
+            out,
+            "vllm:cache_config_info{{model_name=\"{}\",block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1",
+            escape_label(id),
+            s.block_size_tokens,
+            s.blocks_total
+        );
+    }
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.
@@ -462,7 +533,7 @@ mod tests {
         m.ttft.observe(Duration::from_millis(700));
         m.ttft.observe(Duration::from_secs(100));
         m.count_request("/v1/completions", 200);
-        let text = m.render(Some((&SchedulerStatus::default(), "m")));
+        let text = m.render(&[(SchedulerStatus::default(), "m".to_string())]);
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"1\"} 2\n"));
         assert!(text.contains("ferrox_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
@@ -470,7 +541,7 @@ mod tests {
         assert!(
             text.contains("ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1\n")
         );
-        assert!(text.contains("ferrox_refusals_total{type=\"queue_full\"} 0\n"));
+        assert!(text.contains("ferrox_refusals_total{model=\"m\",type=\"queue_full\"} 0\n"));
     }
 
     #[test]
@@ -488,7 +559,7 @@ mod tests {
             preemptions: 4,
             ..SchedulerStatus::default()
         };
-        let text = Metrics::default().render(Some((&s, "my \"model\"")));
+        let text = Metrics::default().render(&[(s, "my \"model\"".to_string())]);
         let m = "{model_name=\"my \\\"model\\\"\"}";
         for line in [
             format!("vllm:num_requests_waiting{m} 3"),
@@ -497,7 +568,7 @@ mod tests {
             format!("vllm:prefix_cache_queries_total{m} 1000"),
             format!("vllm:prefix_cache_hits_total{m} 640"),
             format!("vllm:num_preemptions_total{m} 4"),
-            "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"200\"} 1".to_string(),
+            "vllm:cache_config_info{model_name=\"my \\\"model\\\"\",block_size=\"16\",num_gpu_blocks=\"200\"} 1".to_string(),
         ] {
             assert!(text.contains(&format!("{line}\n")), "no {line} in\n{text}");
         }

@@ -34,22 +34,16 @@ use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, Generation};
 use crate::core::request::{Input, Prompt, PromptPiece};
 use crate::core::stream::{drive, Encoder};
-use crate::http::params::JsonBody;
 use crate::http::sse::{sse_response, Frame, Ping};
-use crate::state::{Generator, Ready};
+use crate::models::Pinned;
+use crate::state::Generator;
 
-pub async fn completion(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub async fn completion(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let (prompt, native) = parse_completion(body)?;
     serve(generator, prompt, native).await
 }
 
-pub async fn infill(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub async fn infill(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let (infill, native) = parse_infill(body)?;
     let prompt = infill_prompt(&generator, infill)?;
     serve(generator, prompt, native).await

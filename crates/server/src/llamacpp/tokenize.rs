@@ -14,12 +14,14 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
-use crate::http::params::{Fields, JsonBody};
-use crate::state::Ready;
+use crate::http::params::Fields;
+use crate::models::Pinned;
 
-pub async fn tokenize(Ready(g): Ready, JsonBody(body): JsonBody) -> Result<Json<Value>, ApiError> {
+pub async fn tokenize(Pinned { generator: g, body }: Pinned) -> Result<Json<Value>, ApiError> {
     let mut f = Fields::from_body(body)?;
     let content: String = f.require("content")?;
+    // Which model's tokenizer: `Pinned` resolved it from this field.
+    f.take::<String>("model")?;
     let add_special: bool = f.take("add_special")?.unwrap_or(false);
     let parse_special: bool = f.take("parse_special")?.unwrap_or(true);
     let with_pieces: bool = f.take("with_pieces")?.unwrap_or(false);
@@ -54,12 +56,10 @@ pub async fn tokenize(Ready(g): Ready, JsonBody(body): JsonBody) -> Result<Json<
     Ok(Json(out))
 }
 
-pub async fn detokenize(
-    Ready(g): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+pub async fn detokenize(Pinned { generator: g, body }: Pinned) -> Result<Json<Value>, ApiError> {
     let mut f = Fields::from_body(body)?;
     let tokens: Vec<u32> = f.require("tokens")?;
+    f.take::<String>("model")?;
     f.finish()?;
     let vocab = g.model.tokenizer().vocab_size();
     if let Some((i, t)) = tokens

@@ -15,15 +15,12 @@ use crate::core::error::ApiError;
 use crate::core::generate::{ChoiceOutput, Finish};
 use crate::core::request::Input;
 use crate::core::tools::Tools;
-use crate::http::params::JsonBody;
+use crate::models::Pinned;
 use crate::openai::parse::parse_chat;
 use crate::openai::tool_calls::{tool_calls_json, StreamedCall};
-use crate::state::{Generator, Ready};
+use crate::state::Generator;
 
-pub async fn handle(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
     let calls = match &request.tools {
         Some(t) => (0..request.options.n)

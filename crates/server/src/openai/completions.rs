@@ -14,14 +14,11 @@ use super::{finish_reason, serve, Shape};
 use crate::core::error::ApiError;
 use crate::core::generate::{ChoiceOutput, Finish};
 use crate::core::request::Input;
-use crate::http::params::JsonBody;
+use crate::models::Pinned;
 use crate::openai::parse::parse_completion;
-use crate::state::{Generator, Ready};
+use crate::state::Generator;
 
-pub async fn handle(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_completion(body)?;
     let shape = Completions {
         logprobs: request.options.logprobs.is_some(),

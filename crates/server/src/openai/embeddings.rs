@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use crate::core::embed::embed;
 use crate::core::error::ApiError;
 use crate::core::request::Prompt;
-use crate::http::params::{kind, Fields, JsonBody};
-use crate::state::Ready;
+use crate::http::params::{kind, Fields};
+use crate::models::Pinned;
 
 /// The most inputs one request may carry (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
@@ -26,13 +26,10 @@ enum Encoding {
     Base64,
 }
 
-pub async fn handle(
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let mut f = Fields::from_body(body)?;
-    let model = f.take::<String>("model")?;
-    generator.check_model(model.as_deref())?;
+    // Taken for its type check; `Pinned` resolved the model from it.
+    f.take::<String>("model")?;
     let inputs = parse_inputs(f.take_raw("input"))?;
     let encoding = match f.take::<String>("encoding_format")?.as_deref() {
         None | Some("float") => Encoding::Float,

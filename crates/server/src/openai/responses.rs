@@ -45,9 +45,10 @@ use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::drive;
 use crate::core::tools::{render_call, render_result, Tool, ToolCall, ToolChoice, Tools};
-use crate::http::params::{kind, Fields, JsonBody};
+use crate::http::params::{kind, Fields};
 use crate::http::sse::{sse_response, Ping};
-use crate::state::{unix_now, AppState, Ready};
+use crate::models::Pinned;
+use crate::state::{unix_now, AppState};
 
 /// A parsed `/v1/responses` body.
 #[derive(Debug, Clone, PartialEq)]
@@ -282,8 +283,7 @@ fn input_item(
 
 pub async fn create(
     State(state): State<AppState>,
-    Ready(generator): Ready,
-    JsonBody(body): JsonBody,
+    Pinned { generator, body }: Pinned,
 ) -> Result<Response, ApiError> {
     let request = parse_request(body)?;
     let mut history = match &request.previous_response_id {

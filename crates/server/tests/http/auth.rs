@@ -28,6 +28,13 @@ const ROUTES: &[(&str, &str, &str, bool)] = &[
         false,
     ),
     ("POST", "/v1/completions", "/v1/completions", false),
+    ("POST", "/admin/models/load", "/admin/models/load", false),
+    (
+        "POST",
+        "/admin/models/unload",
+        "/admin/models/unload",
+        false,
+    ),
     ("POST", "/v1/embeddings", "/v1/embeddings", false),
     ("POST", "/v1/responses", "/v1/responses", false),
     ("GET", "/v1/responses/resp_x", "/v1/responses/:id", false),
@@ -99,11 +106,16 @@ async fn json_of(r: Response<Body>) -> Value {
     serde_json::from_slice(&bytes).unwrap_or(Value::Null)
 }
 
+/// Routes in OpenAI's error shape: its own, and the server's (metrics, model admin).
+fn openai_shaped(path: &str) -> bool {
+    path.starts_with("/v1/") || path == "/metrics" || path.starts_with("/admin/")
+}
+
 /// The error `type` each protocol's 401 carries.
 fn auth_error_type(path: &str) -> &'static str {
     if path.starts_with("/v1/messages") {
         "authentication_error" // Anthropic's
-    } else if path.starts_with("/v1/") || path == "/metrics" {
+    } else if openai_shaped(path) {
         "invalid_request_error" // OpenAI's
     } else {
         "authentication_error" // llama.cpp's
@@ -128,7 +140,7 @@ async fn with_keys_every_guarded_route_needs_one_by_either_header() {
         let v = json_of(r).await;
         let error = &v["error"]; // every protocol nests it there
         assert_eq!(error["type"], auth_error_type(path), "{method} {path}: {v}");
-        let code = if path.starts_with("/v1/") || path == "/metrics" {
+        let code = if openai_shaped(path) {
             json!("invalid_api_key")
         } else {
             json!(401) // llama-server's shape carries the status as its code

@@ -10,7 +10,7 @@ use ferrox_engine::synthetic::{self, SyntheticSpec};
 use ferrox_engine::{Arch, Model};
 use ferrox_sched::{SchedulerConfig, SchedulerStatus};
 use ferrox_server::client::{Endpoint, Response};
-use ferrox_server::{AppState, Generator, ServerConfig};
+use ferrox_server::{AppState, ModelsConfig, ServerConfig};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -65,16 +65,17 @@ pub fn ready_state(
     sched: SchedulerConfig,
     server: ServerConfig,
 ) -> AppState {
-    let state = AppState::loading(server);
-    let generator = Generator::start(
-        Arc::new(model),
-        path,
-        sched,
-        &state.config,
-        Arc::clone(&state.metrics),
-    )
-    .expect("generator starts");
-    state.set_ready(generator);
+    let models = ModelsConfig {
+        scheduler: sched,
+        ..ModelsConfig::default()
+    };
+    let state = AppState::new(server, models);
+    let id = path.file_stem().unwrap().to_string_lossy();
+    state
+        .models
+        .insert(&id, Arc::new(model))
+        .expect("generator starts");
+    state.set_ready();
     state
 }
 

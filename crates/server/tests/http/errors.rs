@@ -255,7 +255,7 @@ async fn a_full_queue_is_503_with_retry_after() {
         s.status()
     );
     let (_, metrics) = s.get("/metrics").await;
-    assert!(metrics.contains("ferrox_refusals_total{type=\"queue_full\"} 1"));
+    assert!(metrics.contains("ferrox_refusals_total{model=\"synthetic\",type=\"queue_full\"} 1"));
 }
 
 /// Every route, top level and nested: a parameter no API defines is a 400 that names it, in

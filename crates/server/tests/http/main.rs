@@ -12,6 +12,7 @@ mod embeddings;
 mod errors;
 mod generation;
 mod llamacpp;
+mod models;
 mod responses;
 mod routes;
 mod structured;

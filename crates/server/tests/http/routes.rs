@@ -192,16 +192,16 @@ async fn metrics_expose_every_series() {
     for series in [
         "ferrox_requests_total{route=\"/v1/completions\",status=\"200\"} 1",
         "ferrox_requests_total{route=\"unmatched\",status=\"404\"} 1",
-        "ferrox_queue_depth 0",
-        "ferrox_sequences_running 0",
-        "ferrox_sequences_prefilling 0",
-        "ferrox_sequences_preempted 0",
-        "ferrox_preemptions_total 0",
-        "ferrox_kv_blocks_used 0",
-        "ferrox_kv_blocks_free ",
+        "ferrox_queue_depth{model=\"synthetic\"} 0",
+        "ferrox_sequences_running{model=\"synthetic\"} 0",
+        "ferrox_sequences_prefilling{model=\"synthetic\"} 0",
+        "ferrox_sequences_preempted{model=\"synthetic\"} 0",
+        "ferrox_preemptions_total{model=\"synthetic\"} 0",
+        "ferrox_kv_blocks_used{model=\"synthetic\"} 0",
+        "ferrox_kv_blocks_free{model=\"synthetic\"} ",
         "ferrox_prompt_tokens_total 3",
         "ferrox_generation_tokens_total 3",
-        "ferrox_refusals_total{type=\"queue_full\"} 0",
+        "ferrox_refusals_total{model=\"synthetic\",type=\"queue_full\"} 0",
         "ferrox_time_to_first_token_seconds_count 1",
         "ferrox_inter_token_latency_seconds_count 2",
         "ferrox_request_duration_seconds_count 1",
@@ -243,20 +243,20 @@ async fn gateway_metrics_follow_the_load() {
     let m = "{model_name=\"synthetic\"}";
     assert_eq!(value(&format!("vllm:num_requests_running{m}")), 2.0);
     assert_eq!(value(&format!("vllm:num_requests_waiting{m}")), 1.0);
-    let used = value("ferrox_kv_blocks_used ");
-    let total = value("ferrox_kv_blocks_total ");
+    let used = value("ferrox_kv_blocks_used{model=\"synthetic\"} ");
+    let total = value("ferrox_kv_blocks_total{model=\"synthetic\"} ");
     assert!(used > 0.0);
     assert_eq!(value(&format!("vllm:kv_cache_usage_perc{m}")), used / total);
     assert_eq!(
         value(&format!("vllm:prefix_cache_queries_total{m}")),
-        value("ferrox_prefix_cache_queries_total ")
+        value("ferrox_prefix_cache_queries_total{model=\"synthetic\"} ")
     );
     assert_eq!(
         value(&format!("vllm:prefix_cache_hits_total{m}")),
-        value("ferrox_prefix_cache_hits_total ")
+        value("ferrox_prefix_cache_hits_total{model=\"synthetic\"} ")
     );
     let geometry =
-        format!("vllm:cache_config_info{{block_size=\"16\",num_gpu_blocks=\"{total}\"}} 1");
+        format!("vllm:cache_config_info{{model_name=\"synthetic\",block_size=\"16\",num_gpu_blocks=\"{total}\"}} 1");
     assert!(text.contains(&geometry), "no {geometry} in\n{text}");
     drop(streams);
 }

@@ -1,0 +1,632 @@
+//! The [`Registry`]: every model the server knows, by id, with what is loaded of each.
+//!
+//! One lock guards the table and is never held across a load or an await: a load runs on
+//! the blocking pool and takes the lock only to reserve room and to publish its result.
+//!
+//! **Busy** means some request holds the model's `Arc<Generator>` (its pin, taken under the
+//! lock, kept until its last byte is sent), so `Arc::strong_count > 1`. Since pins are only
+//! taken under the lock, a count of one seen under the lock cannot change before the lock is
+//! released: that is when a model may be unloaded, and the only time. Requests waiting on a
+//! load hold the result through the load's channel, so a model is busy from the moment its
+//! load finishes for anyone waiting on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use ferrox_engine::{Model, ModelConfig, ThreadPool};
+use ferrox_sched::{Limits, SchedulerConfig};
+use tokio::sync::watch;
+
+use super::keep_alive::KeepAlive;
+use crate::core::error::ApiError;
+use crate::http::metrics::Metrics;
+use crate::state::{Generator, ServerConfig};
+
+/// What the registry loads models with, and what bounds it.
+#[derive(Debug, Clone)]
+pub struct ModelsConfig {
+    /// The scheduler of every model (each gets its own worker and KV pool of this size).
+    pub scheduler: SchedulerConfig,
+    /// Threads of the one kernel pool every model loaded from a file runs on.
+    pub threads: usize,
+    /// Most models resident at once (`--max-loaded-models`); `None`: no cap.
+    pub max_loaded: Option<usize>,
+    /// Most bytes of weights and KV pools resident at once (`--memory-budget`).
+    pub memory_budget: Option<u64>,
+    /// How long an idle model stays loaded when its request says nothing (`--keep-alive`).
+    pub keep_alive: KeepAlive,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        ModelsConfig {
+            scheduler: SchedulerConfig::default(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            max_loaded: None,
+            memory_budget: None,
+            keep_alive: KeepAlive::Forever,
+        }
+    }
+}
+
+/// How often idle models are checked against their keep-alive.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// How often a load waiting for a busy model to go idle looks again.
+const ROOM_POLL: Duration = Duration::from_millis(50);
+
+/// A load's outcome, as its waiters receive it.
+type LoadResult = Result<Arc<Generator>, ApiError>;
+
+/// A model's state in a listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Loaded,
+    Loading,
+    Unloaded,
+    Failed,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Loaded => "loaded",
+            Status::Loading => "loading",
+            Status::Unloaded => "unloaded",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// One model of a listing (`/v1/models`, `ferrox ps`).
+pub struct ModelInfo {
+    pub id: String,
+    pub status: Status,
+    /// The version serving now, if one is.
+    pub generator: Option<Arc<Generator>>,
+    /// Why the last load failed.
+    pub reason: Option<String>,
+    /// Weights and KV pool of the version serving, as priced before it loaded.
+    pub memory_bytes: u64,
+    /// Requests holding the serving version.
+    pub busy: bool,
+    pub keep_alive: KeepAlive,
+    /// When an idle model's keep-alive runs out; `None` while busy or kept for ever.
+    pub expires_in: Option<Duration>,
+    /// Loads started since the server started.
+    pub loads: u64,
+}
+
+/// What [`Registry::unload`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unload {
+    /// It was idle and is gone.
+    Now,
+    /// It is busy: it goes when its last request ends.
+    WhenIdle,
+    /// It was not loaded.
+    NotLoaded,
+}
+
+struct Entry {
+    id: String,
+    /// The file a load reads; `None` for a model handed over already loaded (tests), which
+    /// is never unloaded since it could not come back.
+    path: Option<PathBuf>,
+    serving: Option<Arc<Generator>>,
+    /// Set while a load runs; every request for an unloaded model waits on this one.
+    loading: Option<watch::Receiver<Option<LoadResult>>>,
+    failed: Option<String>,
+    /// The registry's clock at the last request: the least recent idle model goes first.
+    used: u64,
+    keep_alive: KeepAlive,
+    /// When the sweep first saw the serving version idle.
+    idle_since: Option<Instant>,
+    bytes: u64,
+    /// Bytes a running load has reserved.
+    reserved: u64,
+    /// Loads started (a listing shows it: coalesced requests start one).
+    loads: u64,
+}
+
+impl Entry {
+    fn new(id: &str, path: Option<PathBuf>, keep_alive: KeepAlive) -> Entry {
+        Entry {
+            id: id.to_string(),
+            path,
+            serving: None,
+            loading: None,
+            failed: None,
+            used: 0,
+            keep_alive,
+            idle_since: None,
+            bytes: 0,
+            reserved: 0,
+            loads: 0,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.serving
+            .as_ref()
+            .is_some_and(|g| Arc::strong_count(g) > 1)
+    }
+
+    /// Loaded, idle, not being replaced, and able to come back: may be unloaded.
+    fn evictable(&self) -> bool {
+        self.serving.is_some() && !self.busy() && self.loading.is_none() && self.path.is_some()
+    }
+
+    fn unload(&mut self, why: &str) {
+        tracing::info!(model = %self.id, "unloading the model ({why})");
+        self.serving = None;
+        self.bytes = 0;
+        self.idle_since = None;
+    }
+}
+
+struct Table {
+    entries: Vec<Entry>,
+    clock: u64,
+}
+
+impl Table {
+    fn ids(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.id.clone()).collect()
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.id == id)
+    }
+
+    /// The entry `name` names; no name is the first (the default model). With no model at
+    /// all the server is still starting: 503.
+    fn find(&mut self, name: Option<&str>) -> Result<usize, ApiError> {
+        match name {
+            _ if self.entries.is_empty() => Err(ApiError::Loading),
+            None => Ok(0),
+            _ => {
+                let name = name.unwrap_or("");
+                self.position(name).ok_or_else(|| ApiError::ModelNotFound {
+                    model: name.to_string(),
+                    available: self.ids(),
+                })
+            }
+        }
+    }
+
+    /// Makes room for `needed` more bytes and one more resident model beside entry `at`
+    /// (unloading the least recently used idle others), and reserves it. `Ok(false)`: only a
+    /// busy model stands in the way, so the caller waits and asks again. A hot swap's bytes
+    /// are counted for the new version only: both are resident only until the old one's
+    /// last request ends.
+    fn reserve(&mut self, at: usize, needed: u64, config: &ModelsConfig) -> Result<bool, ()> {
+        if config.memory_budget.is_some_and(|b| needed > b) {
+            return Err(());
+        }
+        loop {
+            let others = || self.entries.iter().enumerate().filter(|(i, _)| *i != at);
+            let count = 1 + others()
+                .filter(|(_, e)| e.serving.is_some() || e.loading.is_some())
+                .count();
+            let bytes = needed + others().map(|(_, e)| e.bytes + e.reserved).sum::<u64>();
+            let over = config.max_loaded.is_some_and(|m| count > m)
+                || config.memory_budget.is_some_and(|b| bytes > b);
+            if !over {
+                self.entries[at].reserved = needed;
+                return Ok(true);
+            }
+            let victim = others()
+                .filter(|(_, e)| e.evictable())
+                .min_by_key(|(_, e)| e.used)
+                .map(|(i, _)| i);
+            match victim {
+                Some(i) => self.entries[i].unload("to make room for another model"),
+                None => return Ok(false),
+            }
+        }
+    }
+}
+
+/// Every model the server serves; see the module docs.
+pub struct Registry {
+    table: Mutex<Table>,
+    config: ModelsConfig,
+    server: Arc<ServerConfig>,
+    metrics: Arc<Metrics>,
+    pool: OnceLock<Arc<ThreadPool>>,
+    /// Set when the shutdown grace is over; every generator's streams watch it.
+    stop_streams: watch::Sender<bool>,
+}
+
+impl Registry {
+    /// An empty registry, and the thread that unloads models whose keep-alive ran out (it
+    /// ends with the registry).
+    pub fn new(
+        config: ModelsConfig,
+        server: Arc<ServerConfig>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let registry = Arc::new(Registry {
+            table: Mutex::new(Table {
+                entries: Vec::new(),
+                clock: 0,
+            }),
+            config,
+            server,
+            metrics,
+            pool: OnceLock::new(),
+            stop_streams: watch::channel(false).0,
+        });
+        let weak: Weak<Registry> = Arc::downgrade(&registry);
+        let _ = std::thread::Builder::new()
+            .name("ferrox-models".into())
+            .spawn(move || loop {
+                std::thread::sleep(SWEEP_EVERY);
+                match weak.upgrade() {
+                    Some(r) => r.sweep(Instant::now()),
+                    None => return,
+                }
+            });
+        registry
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers the model in `path` under `id`, unloaded; the first one added is the
+    /// default. A second model under one id is refused.
+    pub fn add(&self, id: &str, path: PathBuf) -> Result<(), String> {
+        let mut t = self.table();
+        if t.position(id).is_some() {
+            return Err(format!("two models are named {id:?}"));
+        }
+        t.entries
+            .push(Entry::new(id, Some(path), self.config.keep_alive));
+        Ok(())
+    }
+
+    /// Serves an already loaded model under `id` (it is never unloaded).
+    pub fn insert(&self, id: &str, model: Arc<Model>) -> Result<Arc<Generator>, String> {
+        let g = Arc::new(self.start(model, id)?);
+        let mut t = self.table();
+        let at = match t.position(id) {
+            Some(at) => at,
+            None => {
+                t.entries.push(Entry::new(id, None, KeepAlive::Forever));
+                t.entries.len() - 1
+            }
+        };
+        t.entries[at].serving = Some(Arc::clone(&g));
+        Ok(g)
+    }
+
+    fn start(&self, model: Arc<Model>, id: &str) -> Result<Generator, String> {
+        Generator::start(
+            model,
+            id.to_string(),
+            self.config.scheduler.clone(),
+            &self.server,
+            Arc::clone(&self.metrics),
+            self.stop_streams.subscribe(),
+        )
+    }
+
+    /// The model a request names (`None`: the default), loaded if it is not, pinned for the
+    /// request. Requests for a model that is loading wait for that one load. `keep_alive`
+    /// is the request's (`None`: the server's default).
+    pub async fn acquire(
+        self: &Arc<Self>,
+        name: Option<&str>,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Arc<Generator>, ApiError> {
+        let rx = {
+            let mut t = self.table();
+            let at = t.find(name)?;
+            t.clock += 1;
+            let clock = t.clock;
+            let e = &mut t.entries[at];
+            e.used = clock;
+            e.keep_alive = keep_alive.unwrap_or(self.config.keep_alive);
+            e.idle_since = None;
+            if let Some(g) = &e.serving {
+                return Ok(Arc::clone(g));
+            }
+            match &e.loading {
+                Some(rx) => rx.clone(),
+                None => self.start_load(e, None)?,
+            }
+        };
+        wait(rx).await
+    }
+
+    /// Loads `id` again (from `path`, or its own file) and switches new requests to it once
+    /// it is up; requests already running finish on the version they started with. An id
+    /// not known yet is registered with `path`. If the load fails, the version serving
+    /// stays. Waits for a load already running first.
+    pub async fn load(
+        self: &Arc<Self>,
+        id: &str,
+        path: Option<PathBuf>,
+    ) -> Result<Arc<Generator>, ApiError> {
+        loop {
+            // Ok: our load; Err: one already running, to wait for before starting ours.
+            let rx = {
+                let mut t = self.table();
+                let at = match (t.position(id), &path) {
+                    (Some(at), _) => at,
+                    (None, Some(p)) => {
+                        let keep = self.config.keep_alive;
+                        t.entries.push(Entry::new(id, Some(p.clone()), keep));
+                        t.entries.len() - 1
+                    }
+                    (None, None) => {
+                        return Err(ApiError::ModelNotFound {
+                            model: id.to_string(),
+                            available: t.ids(),
+                        })
+                    }
+                };
+                let e = &mut t.entries[at];
+                match &e.loading {
+                    Some(rx) => Err(rx.clone()),
+                    None => Ok(self.start_load(e, path.clone())?),
+                }
+            };
+            match rx {
+                Ok(ours) => return wait(ours).await,
+                Err(running) => {
+                    let _ = wait(running).await;
+                }
+            }
+        }
+    }
+
+    /// Unloads `id` now if idle, else as soon as its last request ends.
+    pub fn unload(&self, id: &str) -> Result<Unload, ApiError> {
+        let mut t = self.table();
+        let at = t.find(Some(id))?;
+        let e = &mut t.entries[at];
+        if e.serving.is_none() {
+            return Ok(Unload::NotLoaded);
+        }
+        if e.evictable() {
+            e.unload("asked to");
+            return Ok(Unload::Now);
+        }
+        e.keep_alive = KeepAlive::For(Duration::ZERO);
+        Ok(Unload::WhenIdle)
+    }
+
+    /// Starts loading entry `e` on the blocking pool; its waiters watch the receiver.
+    fn start_load(
+        self: &Arc<Self>,
+        e: &mut Entry,
+        path: Option<PathBuf>,
+    ) -> Result<watch::Receiver<Option<LoadResult>>, ApiError> {
+        let Some(path) = path.or_else(|| e.path.clone()) else {
+            return Err(ApiError::ModelLoadFailed {
+                model: e.id.clone(),
+                path: "(none)".into(),
+                reason: "the model was handed over loaded and has no file".into(),
+            });
+        };
+        let (tx, rx) = watch::channel(None);
+        e.loading = Some(rx.clone());
+        e.loads += 1;
+        let (this, id) = (Arc::clone(self), e.id.clone());
+        tokio::task::spawn_blocking(move || this.run_load(&id, path, tx));
+        Ok(rx)
+    }
+
+    /// A load from start to end: price, make room, load, publish.
+    fn run_load(&self, id: &str, path: PathBuf, tx: watch::Sender<Option<LoadResult>>) {
+        let started = Instant::now();
+        tracing::info!(model = %id, path = %path.display(), "loading the model");
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.load_file(id, &path)))
+                .unwrap_or_else(|_| Err(load_failed(id, &path, "the loader panicked".into())));
+        {
+            let mut t = self.table();
+            if let Some(at) = t.position(id) {
+                t.clock += 1;
+                let clock = t.clock;
+                let e = &mut t.entries[at];
+                e.loading = None;
+                match &result {
+                    Ok((g, bytes)) => {
+                        // The old version, if any, drops when its last request ends.
+                        e.serving = Some(Arc::clone(g));
+                        e.bytes = *bytes;
+                        e.path = Some(path.clone());
+                        e.failed = None;
+                        e.used = clock;
+                        e.idle_since = None;
+                    }
+                    Err(err) => e.failed = Some(err.to_string()),
+                }
+                e.reserved = 0;
+            }
+        }
+        match &result {
+            Ok((g, bytes)) => {
+                tracing::info!(model = %id, bytes, secs = started.elapsed().as_secs_f64(), "model loaded");
+                warm_grammars(g.grammars.clone());
+            }
+            Err(e) => tracing::warn!(model = %id, "{e}"),
+        }
+        tx.send_replace(Some(result.map(|(g, _)| g)));
+    }
+
+    fn load_file(&self, id: &str, path: &Path) -> Result<(Arc<Generator>, u64), ApiError> {
+        let needed = self
+            .price(path)
+            .map_err(|reason| load_failed(id, path, reason))?;
+        loop {
+            let mut t = self.table();
+            let Some(at) = t.position(id) else {
+                return Err(load_failed(id, path, "the model was removed".into()));
+            };
+            match t.reserve(at, needed, &self.config) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(()) => {
+                    return Err(ApiError::ModelTooLarge {
+                        model: id.to_string(),
+                        needed_bytes: needed,
+                        budget_bytes: self.config.memory_budget.unwrap_or(0),
+                    })
+                }
+            }
+            drop(t);
+            std::thread::sleep(ROOM_POLL);
+        }
+        let pool = self
+            .pool
+            .get_or_init(|| Arc::new(ThreadPool::new(self.config.threads.max(1))));
+        let model = Model::load_in(path, Arc::clone(pool))
+            .map_err(|e| load_failed(id, path, e.to_string()))?;
+        let g = self
+            .start(Arc::new(model), id)
+            .map_err(|reason| load_failed(id, path, reason))?;
+        Ok((Arc::new(g), needed))
+    }
+
+    /// What a model in `path` takes when resident: its file (the weights are mapped from
+    /// it) and its KV pool, from the GGUF header alone.
+    fn price(&self, path: &Path) -> Result<u64, String> {
+        let file = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+        let config = ModelConfig::read(path).map_err(|e| e.to_string())?;
+        let limits = Limits::new(
+            &self.config.scheduler,
+            config.kv_shape(),
+            config.context_length,
+            config.n_vocab,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(file + limits.pool_bytes())
+    }
+
+    /// Unloads every idle model whose keep-alive has run out.
+    fn sweep(&self, now: Instant) {
+        let mut t = self.table();
+        for e in &mut t.entries {
+            if !e.evictable() {
+                if e.busy() {
+                    e.idle_since = None;
+                }
+                continue;
+            }
+            let since = *e.idle_since.get_or_insert(now);
+            if let KeepAlive::For(d) = e.keep_alive {
+                if now.duration_since(since) >= d {
+                    e.unload("its keep-alive ran out");
+                }
+            }
+        }
+    }
+
+    /// Every model, in the order they were added.
+    pub fn list(&self) -> Vec<ModelInfo> {
+        let t = self.table();
+        let now = Instant::now();
+        t.entries
+            .iter()
+            .map(|e| {
+                // Before the listing takes its own handle, which would make every model busy.
+                let busy = e.busy();
+                // An idle model the sweep has not seen yet went idle just now.
+                let expires_in = match e.keep_alive {
+                    KeepAlive::For(d) if e.evictable() => {
+                        let since = e.idle_since.unwrap_or(now);
+                        Some(d.saturating_sub(now.duration_since(since)))
+                    }
+                    _ => None,
+                };
+                let status = match (&e.serving, &e.loading, &e.failed) {
+                    (Some(_), _, _) => Status::Loaded,
+                    (None, Some(_), _) => Status::Loading,
+                    (None, None, Some(_)) => Status::Failed,
+                    (None, None, None) => Status::Unloaded,
+                };
+                ModelInfo {
+                    id: e.id.clone(),
+                    status,
+                    generator: e.serving.clone(),
+                    reason: e.failed.clone(),
+                    memory_bytes: e.bytes,
+                    busy,
+                    keep_alive: e.keep_alive,
+                    expires_in,
+                    loads: e.loads,
+                }
+            })
+            .collect()
+    }
+
+    /// The versions serving now.
+    pub fn loaded(&self) -> Vec<Arc<Generator>> {
+        self.table()
+            .entries
+            .iter()
+            .filter_map(|e| e.serving.clone())
+            .collect()
+    }
+
+    /// The version of `id` serving now, without loading it (`None`: the default model).
+    pub fn get(&self, id: Option<&str>) -> Option<Arc<Generator>> {
+        let mut t = self.table();
+        let at = t.find(id).ok()?;
+        t.entries[at].serving.clone()
+    }
+
+    /// Ends every stream still running, on every version (the shutdown grace is over).
+    pub fn stop_streams(&self) {
+        self.stop_streams.send_replace(true);
+    }
+}
+
+fn load_failed(id: &str, path: &Path, reason: String) -> ApiError {
+    ApiError::ModelLoadFailed {
+        model: id.to_string(),
+        path: path.display().to_string(),
+        reason,
+    }
+}
+
+/// The load's result, once it is there.
+async fn wait(mut rx: watch::Receiver<Option<LoadResult>>) -> LoadResult {
+    match rx.wait_for(Option::is_some).await {
+        Ok(done) => done.clone().expect("waited for Some"),
+        Err(_) => Err(ApiError::Internal {
+            message: "a model load ended without a result".into(),
+        }),
+    }
+}
+
+/// Builds the grammar engine's token trie (about a second on a large vocabulary) off the
+/// request path, on idle CPU only: at normal priority it took a core from the first
+/// request's prefill (turn 1 of a conversation 0.7-1 s slower when it came right after a
+/// load). It holds the grammars, not the generator, so it never makes the model busy.
+fn warm_grammars(grammars: crate::core::grammar::Grammars) {
+    let _ = std::thread::Builder::new()
+        .name("ferrox-grammar-warm".into())
+        .spawn(move || {
+            lowest_priority();
+            grammars.warm();
+        });
+}
+
+/// Gives the calling thread the lowest scheduling priority (nice 19; on Linux nice is per
+/// thread), so that its work runs on CPU nothing else wants.
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours; a
+    // failure only leaves the priority as it was.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
+}
