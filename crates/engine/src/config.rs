@@ -15,6 +15,9 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// An encoder (BERT family): bidirectional attention, learned positions, post-norm
+    /// layers; it embeds and cannot generate (`encoder.rs`).
+    Bert,
 }
 
 impl Arch {
@@ -24,6 +27,7 @@ impl Arch {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
+            "bert" => Ok(Arch::Bert),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -34,7 +38,13 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Bert => "bert",
         }
+    }
+
+    /// Whether the architecture only encodes (embeds): no causal mask, no generation.
+    pub fn is_encoder(self) -> bool {
+        self == Arch::Bert
     }
 }
 
@@ -68,6 +78,7 @@ pub struct ModelConfig {
     pub n_head_kv: usize,
     pub head_dim: usize,
     pub n_ff: usize,
+    /// The norms' epsilon: RMSNorm's for decoders, LayerNorm's for an encoder.
     pub rms_eps: f32,
     pub context_length: usize,
     pub rope_style: RopeStyle,
@@ -92,6 +103,9 @@ pub struct ModelConfig {
     /// How the file says its embeddings pool (`{arch}.pooling_type`, llama.cpp's numbering:
     /// 0 none, 1 mean, 2 cls, 3 last, 4 rank), if it says.
     pub pooling_type: Option<usize>,
+    /// Whether a token attends only to earlier ones (every decoder); an encoder attends to
+    /// its whole sequence.
+    pub causal: bool,
 }
 
 impl ModelConfig {
@@ -137,7 +151,27 @@ impl ModelConfig {
                 "must be even and non-zero",
             ));
         }
-        let rms_eps = opt_f32(f, &key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-6);
+        let rms_eps = if arch.is_encoder() {
+            opt_f32(f, &key("attention.layer_norm_epsilon"))?.unwrap_or(1e-12)
+        } else {
+            opt_f32(f, &key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-6)
+        };
+        let causal = match f.get(&key("attention.causal")) {
+            None => !arch.is_encoder(),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| bad(&key("attention.causal"), "expected a bool"))?,
+        };
+        if causal == arch.is_encoder() {
+            return Err(bad(
+                &key("attention.causal"),
+                if causal {
+                    "an encoder is not causal"
+                } else {
+                    "a decoder must be causal"
+                },
+            ));
+        }
         let rope_base = opt_f32(f, &key("rope.freq_base"))?.unwrap_or(10000.0);
         let rope_base_swa = opt_f32(f, &key("rope.freq_base_swa"))?.unwrap_or(10000.0);
         let rope_freq_scale = match f.get(&key("rope.scaling.type")).and_then(Value::as_str) {
@@ -169,6 +203,8 @@ impl ModelConfig {
             Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh),
             Arch::Llama => (RopeStyle::Interleaved, Activation::Silu),
             Arch::Qwen2 | Arch::Qwen3 => (RopeStyle::Neox, Activation::Silu),
+            // No rotary embedding (learned positions); GELU as llama.cpp computes it.
+            Arch::Bert => (RopeStyle::Neox, Activation::GeluTanh),
         };
         let embd = f
             .tensor("token_embd.weight")
@@ -198,6 +234,7 @@ impl ModelConfig {
             attn_scale,
             final_logit_softcap: opt_f32(f, &key("final_logit_softcapping"))?,
             pooling_type: opt_usize(f, &key("pooling_type"))?,
+            causal,
         })
     }
 

@@ -6,7 +6,7 @@ use ferrox_gguf::{GgmlType, GgufError};
 pub enum EngineError {
     #[error("gguf: {0}")]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture `{0}` (supported: gemma3, llama, qwen2, qwen3)")]
+    #[error("unsupported architecture `{0}` (supported: gemma3, llama, qwen2, qwen3, bert)")]
     UnsupportedArchitecture(String),
     #[error("metadata key `{key}` is missing")]
     MissingKey { key: String },
@@ -36,6 +36,10 @@ pub enum EngineError {
     },
     #[error("block id {block} is outside the KV cache of {n_blocks} blocks")]
     BlockOutOfRange { block: u32, n_blocks: usize },
+    /// An encoder's step: a chunk that is not a whole sequence from position 0, or one that
+    /// asks for logits (an encoder has no head).
+    #[error("an encoder {0}")]
+    EncoderStep(&'static str),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }

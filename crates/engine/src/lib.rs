@@ -11,6 +11,7 @@
 mod attention;
 pub mod cache;
 pub mod config;
+mod encoder;
 pub mod error;
 pub mod kv;
 pub mod model;

@@ -21,6 +21,7 @@ use ferrox_kernels::{matmul, Q8Rows8, ThreadPool};
 
 use crate::attention::{attend, AttnShape, Query};
 use crate::config::{Activation, ModelConfig};
+use crate::encoder::{Encoder, EncoderWeights};
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvShape, SeqChunk};
 use crate::ops::{rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
@@ -46,7 +47,7 @@ const TOKENIZER_ARRAYS: [&str; 4] = [
 pub struct Model {
     file: Arc<GgufFile>,
     config: ModelConfig,
-    weights: Weights,
+    body: Body,
     /// The output head repacked eight rows at a time when it is Q8_0 (it is 72% of the bytes
     /// a decode step of the default model reads, and the repacked kernel streams it ~1.5x
     /// faster; see `ferrox_kernels::Q8Rows8`). Its file pages are released as it is built.
@@ -63,6 +64,12 @@ pub struct Model {
     /// zeroed pages cost page faults every step). Locked for a whole step by whichever
     /// thread runs it; a second concurrent caller gets fresh buffers instead of waiting.
     scratch: Mutex<Scratch>,
+}
+
+/// What the forward pass runs: a decoder's blocks and head, or an encoder (`encoder.rs`).
+enum Body {
+    Decoder(Weights),
+    Encoder(EncoderWeights),
 }
 
 impl Model {
@@ -83,7 +90,11 @@ impl Model {
     /// [`Model::from_gguf`] on a shared pool.
     pub fn from_gguf_in(mut file: GgufFile, pool: Arc<ThreadPool>) -> Result<Model, EngineError> {
         let config = ModelConfig::from_gguf(&file)?;
-        let weights = Weights::bind(&file, &config)?;
+        let body = if config.arch.is_encoder() {
+            Body::Encoder(EncoderWeights::bind(&file, &config)?)
+        } else {
+            Body::Decoder(Weights::bind(&file, &config)?)
+        };
         let tokenizer = Tokenizer::from_gguf(&file)?;
         // The tokenizer holds its own copy of the vocabulary; the parsed arrays would cost
         // ~30 MB of RSS for the life of the model (nothing reads them after this point).
@@ -100,19 +111,20 @@ impl Model {
                 ),
             });
         }
-        let head_rows8 = (weights.output.ty == GgmlType::Q8_0)
-            .then(|| {
+        let head_rows8 = match &body {
+            Body::Decoder(weights) if weights.output.ty == GgmlType::Q8_0 => {
                 let data = weights.output.view(&file).data;
                 let (rows, cols) = (weights.output.rows, weights.output.cols);
                 Q8Rows8::repack(data, rows, cols, |done| file.release(&data[done]))
-            })
-            .flatten();
+            }
+            _ => None,
+        };
         let freqs_global = rope_freqs(config.head_dim, config.rope_base, config.rope_freq_scale);
         let freqs_swa = rope_freqs(config.head_dim, config.rope_base_swa, 1.0);
         Ok(Model {
             file: Arc::new(file),
             config,
-            weights,
+            body,
             head_rows8,
             tokenizer,
             pool,
@@ -206,6 +218,21 @@ impl Model {
     ) -> Result<(), EngineError> {
         self.validate(kv, chunks)?;
         hidden.clear();
+        let weights = match &self.body {
+            Body::Decoder(w) => w,
+            Body::Encoder(weights) => {
+                let encoder = Encoder {
+                    file: &self.file,
+                    pool: &self.pool,
+                    config: &self.config,
+                    weights,
+                };
+                encoder.validate(chunks)?;
+                logits.clear();
+                encoder.forward(chunks, hidden);
+                return Ok(());
+            }
+        };
         let n_out = chunks.iter().filter(|c| c.want_logits).count();
         // Every element is overwritten below, so a reused buffer is not zeroed again (resize
         // only fills what it adds, or truncates).
@@ -229,7 +256,7 @@ impl Model {
                 rows += take;
                 done += take;
                 if rows == MAX_STEP_ROWS {
-                    filled += self.forward_rows(kv, &piece, &mut logits[filled..], hidden);
+                    filled += self.forward_rows(weights, kv, &piece, &mut logits[filled..], hidden);
                     piece.clear();
                     rows = 0;
                 }
@@ -239,7 +266,7 @@ impl Model {
             }
         }
         if !piece.is_empty() {
-            filled += self.forward_rows(kv, &piece, &mut logits[filled..], hidden);
+            filled += self.forward_rows(weights, kv, &piece, &mut logits[filled..], hidden);
         }
         debug_assert_eq!(filled, logits.len());
         Ok(())
@@ -250,6 +277,7 @@ impl Model {
     /// the chunks that want them to `hidden`.
     fn forward_rows(
         &self,
+        weights: &Weights,
         kv: &mut KvCache,
         chunks: &[SeqChunk],
         out: &mut [f32],
@@ -278,8 +306,8 @@ impl Model {
         let positions: Vec<usize> = queries.iter().map(|q| q.pos).collect();
         rope_table(&mut s.rope_global, &positions, &self.freqs_global);
         rope_table(&mut s.rope_swa, &positions, &self.freqs_swa);
-        self.embed(&tokens, &mut s.x);
-        for (il, lw) in self.weights.layers.iter().enumerate() {
+        self.embed(weights, &tokens, &mut s.x);
+        for (il, lw) in weights.layers.iter().enumerate() {
             self.layer(il, lw, kv, &queries, s);
         }
         let x = &s.x;
@@ -292,7 +320,7 @@ impl Model {
             if c.want_hidden {
                 let from = hidden.len();
                 hidden.extend_from_slice(&x[rows.start * d..rows.end * d]);
-                rms_norm_rows(&mut hidden[from..], &self.weights.output_norm, cfg.rms_eps);
+                rms_norm_rows(&mut hidden[from..], &weights.output_norm, cfg.rms_eps);
             }
         }
         // Final norm and head, only for the rows that asked for logits.
@@ -305,11 +333,11 @@ impl Model {
             }
         }
         let n_out = last.len() / d;
-        rms_norm_rows(&mut last, &self.weights.output_norm, cfg.rms_eps);
+        rms_norm_rows(&mut last, &weights.output_norm, cfg.rms_eps);
         let logits = &mut out[..n_out * cfg.n_vocab];
         match &self.head_rows8 {
             Some(head) => head.matmul(&self.pool, &last, n_out, logits),
-            None => self.matmul(&self.weights.output, &last, n_out, logits),
+            None => self.matmul(&weights.output, &last, n_out, logits),
         }
         if let Some(cap) = cfg.final_logit_softcap {
             for l in logits.iter_mut() {
@@ -358,9 +386,9 @@ impl Model {
 
     /// Token embeddings into `x`, one row of n_embd per token (scaled by sqrt(n_embd) for
     /// Gemma).
-    fn embed(&self, tokens: &[u32], x: &mut [f32]) {
+    fn embed(&self, weights: &Weights, tokens: &[u32], x: &mut [f32]) {
         let d = self.config.n_embd;
-        let e = &self.weights.token_embd;
+        let e = &weights.token_embd;
         let table = e.view(&self.file);
         let rb = e.row_bytes();
         assert_eq!(x.len(), tokens.len() * d);
@@ -376,7 +404,7 @@ impl Model {
         let tied = self
             .head_rows8
             .as_ref()
-            .filter(|_| self.weights.output.name == e.name);
+            .filter(|_| weights.output.name == e.name);
         for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
             let t = t as usize;
             match tied {

@@ -37,6 +37,9 @@ pub struct SyntheticSpec {
     /// The last four vocabulary entries become fill-in-the-middle control tokens
     /// (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`, `<|file_sep|>`), for `/infill`.
     pub fim_tokens: bool,
+    /// Written as `{arch}.pooling_type` (llama.cpp's numbering) when set; an encoder writes
+    /// 2 (CLS) unless this says otherwise.
+    pub pooling_type: Option<usize>,
     pub seed: u64,
 }
 
@@ -50,7 +53,8 @@ impl SyntheticSpec {
             n_embd: 64,
             n_layer: if arch == Arch::Gemma3 { 6 } else { 2 },
             n_head: 4,
-            n_head_kv: 2,
+            // An encoder has as many K/V heads as queries.
+            n_head_kv: if arch == Arch::Bert { 4 } else { 2 },
             head_dim: 16,
             n_ff: 96,
             context_length: 256,
@@ -59,6 +63,7 @@ impl SyntheticSpec {
             qkv_bias: arch == Arch::Qwen2,
             weight_type: GgmlType::F32,
             fim_tokens: false,
+            pooling_type: None,
             seed,
         }
     }
@@ -128,8 +133,38 @@ fn vocab(n_vocab: usize, fim: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
     )
 }
 
+/// The WordPiece vocabulary of a synthetic encoder: BERT's five specials, word-start pieces
+/// (`▁` + text), continuation pieces (bare text), filler words.
+pub const BERT_PIECES: &[&str] = &[
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "\u{2581}hello",
+    "\u{2581}world",
+    "\u{2581}play",
+    "ing",
+    "\u{2581}un",
+    "aff",
+    "able",
+    "\u{2581},",
+    "\u{2581}!",
+    "\u{2581}.",
+    "\u{2581}the",
+    "\u{2581}cat",
+    "\u{2581}sat",
+    "\u{2581}中",
+    "\u{2581}文",
+    "s",
+    "ed",
+];
+
 /// Writes the GGUF bytes of `spec`.
 pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
+    if spec.arch == Arch::Bert {
+        return build_encoder(spec);
+    }
     let s = spec;
     let a = s.arch.name();
     let mut rng = StdRng::seed_from_u64(s.seed);
@@ -150,6 +185,9 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         Value::F32(1e-6),
     );
     w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    if let Some(p) = s.pooling_type {
+        w.add_metadata(&format!("{a}.pooling_type"), u32v(p));
+    }
     if s.sliding_window > 0 {
         w.add_metadata(
             &format!("{a}.attention.sliding_window"),
@@ -227,6 +265,102 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             vector(&mut w, &p("post_attention_norm.weight"), d);
             vector(&mut w, &p("post_ffw_norm.weight"), d);
         }
+    }
+    w.to_bytes()
+}
+
+/// An encoder's GGUF: llama.cpp's `bert` keys and tensor names, a WordPiece vocabulary of
+/// [`BERT_PIECES`] and filler up to `n_vocab`, random LayerNorm weights and biases.
+fn build_encoder(s: &SyntheticSpec) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(s.seed);
+    let mut w = GgufWriter::new();
+    let u32v = |n: usize| Value::U32(n as u32);
+    w.add_metadata("general.architecture", Value::String("bert".into()));
+    w.add_metadata("general.name", Value::String("synthetic-bert".into()));
+    w.add_metadata("bert.context_length", u32v(s.context_length));
+    w.add_metadata("bert.embedding_length", u32v(s.n_embd));
+    w.add_metadata("bert.block_count", u32v(s.n_layer));
+    w.add_metadata("bert.feed_forward_length", u32v(s.n_ff));
+    w.add_metadata("bert.attention.head_count", u32v(s.n_head));
+    w.add_metadata("bert.attention.layer_norm_epsilon", Value::F32(1e-12));
+    w.add_metadata("bert.attention.causal", Value::Bool(false));
+    w.add_metadata("bert.pooling_type", u32v(s.pooling_type.unwrap_or(2)));
+    let mut tokens: Vec<String> = BERT_PIECES.iter().map(|t| t.to_string()).collect();
+    let mut i = 0;
+    while tokens.len() < s.n_vocab {
+        tokens.push(format!("\u{2581}w{i}"));
+        i += 1;
+    }
+    let types = (0..tokens.len()).map(|i| Value::I32(if i < 5 { 3 } else { 1 }));
+    w.add_metadata("tokenizer.ggml.model", Value::String("bert".into()));
+    w.add_metadata(
+        "tokenizer.ggml.tokens",
+        Value::Array(tokens.into_iter().map(Value::String).collect()),
+    );
+    w.add_metadata("tokenizer.ggml.token_type", Value::Array(types.collect()));
+    w.add_metadata("tokenizer.ggml.token_type_count", u32v(2));
+    w.add_metadata("tokenizer.ggml.padding_token_id", u32v(0));
+    w.add_metadata("tokenizer.ggml.unknown_token_id", u32v(1));
+    w.add_metadata("tokenizer.ggml.bos_token_id", u32v(2));
+    w.add_metadata("tokenizer.ggml.seperator_token_id", u32v(3));
+    w.add_metadata("tokenizer.ggml.mask_token_id", u32v(4));
+
+    let (d, ff) = (s.n_embd, s.n_ff);
+    let mut random = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n).map(|_| rng.gen_range(-1.7..1.7) * scale).collect()
+    };
+    let mut tensors: Vec<(String, Vec<u64>, Vec<f32>)> = Vec::new();
+    let mut matrix = |name: String, rows: usize, cols: usize, tensors: &mut Vec<_>| {
+        let vals = random(rows * cols, 1.0 / (cols as f32).sqrt());
+        tensors.push((name, vec![cols as u64, rows as u64], vals));
+    };
+    matrix("token_embd.weight".into(), s.n_vocab, d, &mut tensors);
+    matrix("token_types.weight".into(), 2, d, &mut tensors);
+    matrix(
+        "position_embd.weight".into(),
+        s.context_length,
+        d,
+        &mut tensors,
+    );
+    let mut norms = vec!["token_embd_norm".to_string()];
+    let mut biases: Vec<(String, usize)> = Vec::new();
+    for il in 0..s.n_layer {
+        let p = |x: &str| format!("blk.{il}.{x}");
+        for (name, rows, cols) in [
+            ("attn_q", d, d),
+            ("attn_k", d, d),
+            ("attn_v", d, d),
+            ("attn_output", d, d),
+            ("ffn_up", ff, d),
+            ("ffn_down", d, ff),
+        ] {
+            matrix(p(&format!("{name}.weight")), rows, cols, &mut tensors);
+            biases.push((p(&format!("{name}.bias")), rows));
+        }
+        norms.push(p("attn_output_norm"));
+        norms.push(p("layer_output_norm"));
+    }
+    for (name, dims, vals) in tensors {
+        let mut bytes = Vec::new();
+        for row in vals.chunks_exact(dims[0] as usize) {
+            ferrox_kernels::quantize_row(s.weight_type, row, &mut bytes);
+        }
+        w.add_tensor(&name, &dims, s.weight_type, bytes);
+    }
+    let mut rng2 = StdRng::seed_from_u64(s.seed ^ 0x5eed);
+    let f32s = |w: &mut GgufWriter, name: &str, vals: Vec<f32>| {
+        let bytes = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(name, &[vals.len() as u64], GgmlType::F32, bytes);
+    };
+    for norm in norms {
+        let weight = (0..d).map(|_| 1.0 + rng2.gen_range(-0.2..0.2)).collect();
+        f32s(&mut w, &format!("{norm}.weight"), weight);
+        let bias = (0..d).map(|_| rng2.gen_range(-0.1..0.1)).collect();
+        f32s(&mut w, &format!("{norm}.bias"), bias);
+    }
+    for (name, n) in biases {
+        let bias = (0..n).map(|_| rng2.gen_range(-0.1..0.1)).collect();
+        f32s(&mut w, &name, bias);
     }
     w.to_bytes()
 }

@@ -145,7 +145,12 @@ fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, EngineError> 
 }
 
 /// Binds a 2-D weight of `rows` × `cols` (GGUF dims `[cols, rows]`).
-fn matrix(f: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matrix, EngineError> {
+pub(crate) fn matrix(
+    f: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Matrix, EngineError> {
     let t = info(f, name)?;
     let expected = vec![cols as u64, rows as u64];
     if t.dims != expected {
@@ -179,7 +184,7 @@ fn matrix(f: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matrix, 
 }
 
 /// Reads a 1-D tensor of `n` values (any float or quantized type) into f32.
-fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, EngineError> {
+pub(crate) fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, EngineError> {
     let t = info(f, name)?;
     let expected = vec![n as u64];
     if t.dims != expected {

@@ -215,6 +215,8 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
         )
         .unwrap();
     let want = r.forward(&ids);
+    // `f64::max` skips a NaN: without this, NaN logits would compare as a perfect match.
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite logits");
     let spread = want.iter().copied().fold(f64::NEG_INFINITY, f64::max)
         - want.iter().copied().fold(f64::INFINITY, f64::min);
     let max_diff = got

@@ -36,6 +36,10 @@ impl StepModel for Model {
         self.config().n_embd
     }
 
+    fn causal(&self) -> bool {
+        self.config().causal
+    }
+
     fn forward(
         &self,
         kv: &mut KvCache,

@@ -29,6 +29,12 @@ pub trait StepModel: Send + Sync + 'static {
     fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> Self::Kv;
     /// Values in one token's final hidden state (what an embedding pools).
     fn hidden_size(&self) -> usize;
+    /// Whether a token attends only to earlier ones. An encoder (false) attends to its whole
+    /// sequence, so the worker gives each of its prompts to the forward whole, in one step,
+    /// never in chunks.
+    fn causal(&self) -> bool {
+        true
+    }
     /// One step over every chunk: writes each chunk's K/V into its blocks, sets `logits` to
     /// one row of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat, and
     /// `hidden` to one row of `hidden_size` values per token of every chunk with

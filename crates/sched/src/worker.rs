@@ -84,6 +84,8 @@ pub(crate) struct Worker<M: StepModel> {
     model: Arc<M>,
     limits: Limits,
     prefill_chunk_tokens: usize,
+    /// The model is an encoder: each prompt is computed whole, in one step.
+    whole_prompts: bool,
     prefill_order: PrefillOrder,
     log_every_decode_steps: u64,
     /// Names full blocks for the prefix cache; `None` with it off.
@@ -123,6 +125,7 @@ impl<M: StepModel> Worker<M> {
         shared: Arc<Shared>,
     ) -> Self {
         let kv = model.new_kv(limits.block_size_tokens, limits.total_blocks);
+        let whole_prompts = !model.causal();
         let stats = WorkerStats {
             blocks_total: limits.total_blocks,
             block_size_tokens: limits.block_size_tokens,
@@ -133,6 +136,7 @@ impl<M: StepModel> Worker<M> {
             model,
             limits,
             prefill_chunk_tokens: config.prefill_chunk_tokens,
+            whole_prompts,
             prefill_order: config.prefill_order,
             log_every_decode_steps: config.log_every_decode_steps,
             hasher,
@@ -396,7 +400,18 @@ impl<M: StepModel> Worker<M> {
             let Some(id) = self.next_prefill(&planned) else {
                 break;
             };
-            let chunk = self.rows[&id].next_chunk(budget);
+            // An encoder's prompt goes whole: alone in a step if it is longer than the
+            // budget, else after the prompts before it only if it fits beside them.
+            let take = if self.whole_prompts {
+                let left = self.rows[&id].next_chunk(usize::MAX).tokens.len();
+                if left > budget && !planned.is_empty() {
+                    break;
+                }
+                left
+            } else {
+                budget
+            };
+            let chunk = self.rows[&id].next_chunk(take);
             let n = chunk.tokens.len();
             plan.chunks.push((id, n));
             if chunk.want_logits {
@@ -407,7 +422,7 @@ impl<M: StepModel> Worker<M> {
             }
             plan.prefills.push((id, n));
             planned.push(id);
-            budget -= n;
+            budget = budget.saturating_sub(n);
         }
         (!plan.chunks.is_empty()).then_some(plan)
     }

@@ -140,8 +140,9 @@ pub struct Generator {
     /// Longest `prompt + max_tokens` the scheduler admits (its `Limits`).
     pub context_tokens: usize,
     pub default_max_tokens: usize,
-    /// How `/v1/embeddings` pools a prompt's hidden states.
-    pub pooling: Pooling,
+    /// How `/v1/embeddings` pools a prompt's hidden states; `None`: it cannot (a reranker
+    /// whose GGUF says `rank`, with no `--pooling`).
+    pub pooling: Option<Pooling>,
     pub metrics: Arc<Metrics>,
     /// Unix seconds when the model was loaded (`created` in `/v1/models`).
     pub created: u64,
@@ -174,12 +175,15 @@ impl Generator {
         let scheduler = Scheduler::start(Arc::clone(&model), scheduler)
             .map_err(|e| format!("scheduler: {e}"))?;
         let context_tokens = scheduler.limits().max_context_tokens;
-        let pooling = config.pooling.unwrap_or(match model.config().pooling_type {
-            Some(2) => Pooling::Cls,
-            Some(3) => Pooling::Last,
-            // Mean (1), and for files that say none (0), rank (4) or nothing.
-            _ => Pooling::Mean,
-        });
+        let pooling = match (config.pooling, model.config().pooling_type) {
+            (Some(p), _) => Some(p),
+            (None, Some(2)) => Some(Pooling::Cls),
+            (None, Some(3)) => Some(Pooling::Last),
+            // A reranker's rank pooling is a score, not an embedding.
+            (None, Some(4)) => None,
+            // Mean (1), and for files that say none (0) or nothing.
+            (None, _) => Some(Pooling::Mean),
+        };
         Ok(Generator {
             grammars: Grammars::new(Arc::clone(&model)),
             model,

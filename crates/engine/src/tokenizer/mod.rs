@@ -6,7 +6,9 @@
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece-style merges by score with byte fallback
 //!   (`spm.rs`), e.g. Gemma 3 and Llama 2;
 //! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE with ranked merges after a regex
-//!   pre-tokenizer (`bpe.rs`, `pretokenize.rs`), e.g. Llama 3 and Qwen 2.
+//!   pre-tokenizer (`bpe.rs`, `pretokenize.rs`), e.g. Llama 3 and Qwen 2;
+//! - `tokenizer.ggml.model = "bert"`: WordPiece (`wpm.rs`), for BERT-family encoders; every
+//!   input starts with `[CLS]` and ends with `[SEP]` when special tokens are added.
 //!
 //! Any other model name is refused with [`TokenizerError::UnsupportedModel`], and a BPE
 //! pre-tokenizer we do not implement with [`TokenizerError::UnsupportedPreTokenizer`] (llama.cpp
@@ -51,6 +53,7 @@ mod spm;
 mod stream;
 mod unicode;
 mod vocab;
+mod wpm;
 
 use aho_corasick::AhoCorasick;
 
@@ -199,6 +202,14 @@ impl Tokenizer {
                     match frag {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(s, e) => bpe::tokenize(&self.vocab, &text[s..e], &mut out),
+                    }
+                }
+            }
+            VocabKind::Wpm => {
+                for frag in fragments {
+                    match frag {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(s, e) => wpm::tokenize(&self.vocab, &text[s..e], &mut out),
                     }
                 }
             }
@@ -402,7 +413,9 @@ fn append_piece(vocab: &Vocab, id: u32, special: bool, out: &mut Vec<u8>) {
         out.extend_from_slice(text.as_bytes());
     } else if a & attr::NORMAL != 0 {
         match vocab.kind {
-            VocabKind::Spm => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
+            VocabKind::Spm | VocabKind::Wpm => {
+                out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes())
+            }
             VocabKind::Bpe => {
                 for c in text.chars() {
                     match bpe::char_to_byte(c) {
@@ -514,6 +527,10 @@ pub fn metadata_from_gguf(f: &ferrox_gguf::GgufFile) -> Result<VocabMetadata, To
         add_bos: flag("tokenizer.ggml.add_bos_token")?,
         add_eos: flag("tokenizer.ggml.add_eos_token")?,
         add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
+        separator_id: id("tokenizer.ggml.seperator_token_id")?,
+        cls_id: id("tokenizer.ggml.cls_token_id")?,
+        lowercase: flag("tokenizer.ggml.normalizer.lowercase")?,
+        strip_accents: flag("tokenizer.ggml.normalizer.strip_accents")?,
     })
 }
 

@@ -29,6 +29,8 @@ pub enum VocabKind {
     Spm,
     /// `"gpt2"`: byte-level BPE with ranked merges and a regex pre-tokenizer.
     Bpe,
+    /// `"bert"`: WordPiece, greedy longest match per word (`wpm.rs`).
+    Wpm,
 }
 
 /// BPE pre-tokenizer (`tokenizer.ggml.pre`), i.e. how text is split into words before merging.
@@ -95,6 +97,15 @@ pub struct VocabMetadata {
     pub add_eos: Option<bool>,
     /// `tokenizer.ggml.add_space_prefix`
     pub add_space_prefix: Option<bool>,
+    /// `tokenizer.ggml.seperator_token_id` (sic: the format's spelling): BERT's `[SEP]`.
+    pub separator_id: Option<u32>,
+    /// `tokenizer.ggml.cls_token_id`: BERT's `[CLS]` in older files (newer ones write it as
+    /// the BOS).
+    pub cls_id: Option<u32>,
+    /// `tokenizer.ggml.normalizer.lowercase` (WordPiece; default true).
+    pub lowercase: Option<bool>,
+    /// `tokenizer.ggml.normalizer.strip_accents` (WordPiece; default: as `lowercase`).
+    pub strip_accents: Option<bool>,
 }
 
 /// The loaded vocabulary. Immutable after [`Vocab::build`].
@@ -119,6 +130,11 @@ pub(crate) struct Vocab {
     pub add_bos: bool,
     pub add_eos: bool,
     pub add_space_prefix: bool,
+    /// WordPiece normalisation: lowercase, and strip accents (`wpm.rs`).
+    pub lowercase: bool,
+    pub strip_accents: bool,
+    /// The longest token text in bytes (WordPiece's longest possible match).
+    pub max_token_len: usize,
     /// BPE only: a word that is itself a token skips merging (llama3 family).
     pub ignore_merges: bool,
     /// End-of-generation ids, sorted ascending.
@@ -263,6 +279,7 @@ impl Vocab {
         let kind = match meta.model.as_str() {
             "llama" => VocabKind::Spm,
             "gpt2" => VocabKind::Bpe,
+            "bert" => VocabKind::Wpm,
             other => {
                 return Err(TokenizerError::UnsupportedModel {
                     name: other.to_string(),
@@ -278,6 +295,8 @@ impl Vocab {
         let (mut bos, mut eos, mut unk) = match kind {
             VocabKind::Spm => (Some(1), Some(2), Some(0)),
             VocabKind::Bpe => (Some(11), Some(11), None),
+            // [CLS] as the BOS, [SEP] as the EOS: what an encoder's input starts and ends with.
+            VocabKind::Wpm => (Some(101), Some(102), Some(100)),
         };
         let (pre, ignore_merges, mut add_bos, mut add_space_prefix) = match kind {
             VocabKind::Spm => (PreTokenizer::Default, false, true, true),
@@ -285,8 +304,10 @@ impl Vocab {
                 let (pre, ignore, bos_default) = pre_tokenizer_from_name(meta.pre.as_deref())?;
                 (pre, ignore, bos_default, false)
             }
+            VocabKind::Wpm => (PreTokenizer::Default, false, true, false),
         };
-        let mut add_eos = false;
+        // llama.cpp always ends a WordPiece input with [SEP], whatever the flags say.
+        let mut add_eos = kind == VocabKind::Wpm;
         if let Some(v) = meta.add_space_prefix {
             add_space_prefix = v;
         }
@@ -369,18 +390,25 @@ impl Vocab {
                 *slot = Some(id);
             }
         };
+        override_id(&mut bos, meta.cls_id);
         override_id(&mut bos, meta.bos_id);
         override_id(&mut eos, meta.eos_id);
+        if kind == VocabKind::Wpm {
+            override_id(&mut eos, meta.separator_id);
+        }
         override_id(&mut unk, meta.unknown_id);
         override_id(&mut pad, meta.padding_id);
         override_id(&mut eot, meta.eot_id);
         override_id(&mut eom, meta.eom_id);
 
-        if let Some(v) = meta.add_bos {
-            add_bos = v;
-        }
-        if let Some(v) = meta.add_eos {
-            add_eos = v;
+        // WordPiece always adds [CLS] and [SEP] (llama.cpp ignores the flags for it).
+        if kind != VocabKind::Wpm {
+            if let Some(v) = meta.add_bos {
+                add_bos = v;
+            }
+            if let Some(v) = meta.add_eos {
+                add_eos = v;
+            }
         }
         if add_bos && bos.is_none() {
             return Err(TokenizerError::MissingSpecialToken {
@@ -493,9 +521,15 @@ impl Vocab {
             .collect();
         special_by_len.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()));
 
+        let lowercase = meta.lowercase.unwrap_or(true);
+        let strip_accents = meta.strip_accents.unwrap_or(lowercase);
+        let max_token_len = texts.iter().map(String::len).max().unwrap_or(0);
         Ok(Vocab {
             kind,
             pre,
+            lowercase,
+            strip_accents,
+            max_token_len,
             texts,
             scores,
             attrs,

@@ -29,12 +29,31 @@ pub struct Embedding {
 
 /// Embeds every input, in order.
 pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedding>, ApiError> {
+    let Some(pooling) = g.pooling else {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` cannot pool embeddings: its GGUF says `rank` pooling (a reranker); \
+                 start the server with --pooling to pool it anyway",
+                g.model_id
+            ),
+        ));
+    };
     let window = g.scheduler.limits().max_seqs.max(1);
     // Tokenized first, so that the window refills at once when an input finishes and the
     // scheduler always has a full set of rows to pack into its steps.
     let mut all = Vec::with_capacity(inputs.len());
+    let tokenizer = g.model.tokenizer();
     for input in inputs {
-        all.push(prompt_ids(g, Input::Completion(input)).await?);
+        let text = matches!(input, Prompt::Text(_));
+        let mut ids = prompt_ids(g, Input::Completion(input)).await?;
+        // With special tokens, as llama-server embeds: an encoder's text ends with [SEP].
+        if let (true, true, Some(eos)) = (text, tokenizer.add_eos_default(), tokenizer.eos()) {
+            if ids.last() != Some(&eos) {
+                ids.push(eos);
+            }
+        }
+        all.push(ids);
     }
     let mut in_flight = VecDeque::with_capacity(window);
     let mut out = Vec::with_capacity(all.len());
@@ -44,7 +63,7 @@ pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedd
         }
         let tokens = ids.len();
         let request = GenerationRequest {
-            embedding: Some(g.pooling),
+            embedding: Some(pooling),
             ..GenerationRequest::greedy(ids, 1)
         };
         in_flight.push_back((g.scheduler.submit(request)?, tokens));

@@ -81,6 +81,19 @@ pub async fn generate(
     input: Input,
     options: &GenerationOptions,
 ) -> Result<Generation, ApiError> {
+    let arch = generator.model.config().arch;
+    if arch.is_encoder() {
+        // One check for every generating route: they all come through here.
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "`{}` is an encoder-only model ({}): it embeds (/v1/embeddings) and cannot \
+                 generate",
+                generator.model_id,
+                arch.name()
+            ),
+        ));
+    }
     let chat = matches!(input, Input::Chat(_));
     let constraint = match &options.grammar {
         None => None,

@@ -136,3 +136,58 @@ async fn seeded_sampling_reproduces_on_the_real_model() {
     let (_, b) = s.post("/v1/completions", body).await;
     assert_eq!(a["choices"], b["choices"]);
 }
+
+/// On the real model, an embedding means something: two sentences that say the same thing
+/// are closer than either is to one about something else, for several such triples.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn similar_sentences_embed_closer_than_unrelated_ones() {
+    let Some(state) = default_model_state() else {
+        return;
+    };
+    let s = TestServer::start(state).await;
+    let triples = [
+        (
+            "The cat sat on the mat.",
+            "A cat was sitting on the rug.",
+            "Quarterly revenue grew by eight percent.",
+        ),
+        (
+            "How do I bake bread at home?",
+            "What is a simple recipe for homemade bread?",
+            "The train to Berlin leaves at noon.",
+        ),
+        (
+            "The stock market fell sharply today.",
+            "Shares dropped steeply on the exchange this afternoon.",
+            "My dog loves playing fetch in the park.",
+        ),
+    ];
+    for (a, b, c) in triples {
+        let (status, v) = s.post("/v1/embeddings", json!({"input": [a, b, c]})).await;
+        assert_eq!(status, 200, "{v}");
+        let vectors: Vec<Vec<f64>> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                d["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            })
+            .collect();
+        // Unit vectors: the dot product is the cosine.
+        let cos = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+        let (ab, ac, bc) = (
+            cos(&vectors[0], &vectors[1]),
+            cos(&vectors[0], &vectors[2]),
+            cos(&vectors[1], &vectors[2]),
+        );
+        assert!(
+            ab > ac && ab > bc,
+            "{a:?} / {b:?} / {c:?}: {ab:.4} {ac:.4} {bc:.4}"
+        );
+    }
+}

@@ -161,3 +161,82 @@ async fn every_refusal_names_its_parameter() {
         .await;
     assert_eq!(got, 400, "{v}");
 }
+
+/// A random-weight BERT-family encoder, its pooling as given (the GGUF writes CLS).
+fn encoder(pooling_type: Option<usize>, prefill_chunk: usize) -> TestServer {
+    let spec = ferrox_engine::synthetic::SyntheticSpec {
+        context_length: 128,
+        pooling_type,
+        ..ferrox_engine::synthetic::SyntheticSpec::tiny(ferrox_engine::Arch::Bert, 21)
+    };
+    let sched = SchedulerConfig {
+        prefill_chunk_tokens: prefill_chunk,
+        ..SchedulerConfig::default()
+    };
+    let state = synthetic_state(&spec, sched, ServerConfig::default());
+    futures_util::FutureExt::now_or_never(TestServer::start(state)).expect("starts at once")
+}
+
+#[tokio::test]
+async fn an_encoder_embeds_whole_prompts_batched_as_alone() {
+    // A chunk budget far below the inputs: an encoder's prompt must still go whole.
+    let s = encoder(None, 8);
+    let long = "hello world the cat sat playing ".repeat(6);
+    let inputs = json!([long.clone(), "hello, world!", "the cat sat"]);
+    let (status, v) = s.post("/v1/embeddings", json!({"input": inputs})).await;
+    assert_eq!(status, 200, "{v}");
+    let tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    // [CLS] and [SEP] around every input: 6 x 7 (playing is two pieces) + 4 + 3 pieces.
+    assert_eq!(tokens, 6 * 7 + 4 + 3 + 3 * 2, "{v}");
+    for (i, item) in v["data"].as_array().unwrap().iter().enumerate() {
+        let vector = floats(&item["embedding"]);
+        assert_eq!(vector.len(), 64);
+        let norm: f32 = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "input {i}: norm {norm}");
+        let (_, alone) = s
+            .post("/v1/embeddings", json!({"input": inputs[i].clone()}))
+            .await;
+        assert_eq!(floats(&alone["data"][0]["embedding"]), vector, "input {i}");
+    }
+    // The same vector with a budget that fits the whole prompt: chunking never enters.
+    let wide = encoder(None, 512);
+    let (_, a) = s
+        .post("/v1/embeddings", json!({"input": long.clone()}))
+        .await;
+    let (_, b) = wide.post("/v1/embeddings", json!({"input": long})).await;
+    assert_eq!(a["data"][0]["embedding"], b["data"][0]["embedding"]);
+}
+
+#[tokio::test]
+async fn an_encoder_refuses_to_generate_on_every_route_and_a_reranker_to_pool() {
+    let s = encoder(None, 128);
+    let messages = json!([{"role": "user", "content": "hello"}]);
+    for (route, body) in [
+        ("/v1/chat/completions", json!({"messages": messages})),
+        ("/v1/completions", json!({"prompt": "hello"})),
+        (
+            "/v1/messages",
+            json!({"model": "synthetic", "max_tokens": 4, "messages": messages}),
+        ),
+        ("/v1/responses", json!({"input": "hello"})),
+        ("/completion", json!({"prompt": "hello"})),
+    ] {
+        let (status, v) = s.post(route, body).await;
+        assert_eq!(status, 400, "{route}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("encoder-only model (bert)"),
+            "{route}: {v}"
+        );
+    }
+    let reranker = encoder(Some(4), 128);
+    let (status, v) = reranker
+        .post("/v1/embeddings", json!({"input": "hello"}))
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "model");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("rank"),
+        "{v}"
+    );
+}
