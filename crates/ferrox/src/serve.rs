@@ -377,9 +377,10 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
         let default = tokio::task::spawn_blocking(move || register(listed, &alias, &registry))
             .await
             .map_err(|e| e.to_string())??;
+        // As a request would: a request that came first and started the load is joined.
         state
             .models
-            .load(&default, None)
+            .acquire(Some(&default), None)
             .await
             .map_err(|e| e.to_string())
     };

@@ -185,13 +185,19 @@ impl Limits {
         req.sampling
             .validate(vocab_size)
             .map_err(InvalidRequest::from)?;
-        let requested_tokens = req.prompt_ids.len().saturating_add(req.max_tokens);
+        // An embedding generates nothing: its prompt is all it holds.
+        let generated = if req.embedding.is_some() {
+            0
+        } else {
+            req.max_tokens
+        };
+        let requested_tokens = req.prompt_ids.len().saturating_add(generated);
         let requested_blocks = self.blocks_for(requested_tokens);
         let estimated_bytes = (requested_blocks as u64).saturating_mul(self.bytes_per_block);
         if requested_tokens > self.max_context_tokens {
             return Err(Refusal::ContextLengthExceeded {
                 prompt_tokens: req.prompt_ids.len(),
-                max_tokens: req.max_tokens,
+                max_tokens: generated,
                 requested_tokens,
                 limit_tokens: self.max_context_tokens,
                 estimated_bytes,

@@ -52,6 +52,12 @@ pub enum ApiError {
         path: String,
         reason: String,
     },
+    /// Loading the model needs room that busy models hold, and none went idle in time.
+    #[error(
+        "no room to load `{model}`: the loaded models stayed busy for {waited_secs} s \
+         (--max-loaded-models / --memory-budget); retry later"
+    )]
+    ModelsBusy { model: String, waited_secs: u64 },
     /// The model could never be resident within `--memory-budget`, even with every other
     /// model unloaded (its weights and KV cache, priced from the GGUF header).
     #[error(
@@ -215,9 +221,10 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => ErrorClass::UnsupportedMediaType,
             ApiError::HostNotAllowed { .. } => ErrorClass::Forbidden,
             ApiError::NotImplemented { .. } => ErrorClass::NotImplemented,
-            ApiError::Loading | ApiError::ShuttingDown | ApiError::Draining => {
-                ErrorClass::Unavailable
-            }
+            ApiError::Loading
+            | ApiError::ShuttingDown
+            | ApiError::Draining
+            | ApiError::ModelsBusy { .. } => ErrorClass::Unavailable,
             ApiError::GenerationFailed { .. }
             | ApiError::ModelLoadFailed { .. }
             | ApiError::Internal { .. } => ErrorClass::Internal,
@@ -229,7 +236,9 @@ impl ApiError {
     pub fn retry_after(&self) -> bool {
         matches!(
             self,
-            ApiError::Refused(Refusal::QueueFull { .. }) | ApiError::Loading
+            ApiError::Refused(Refusal::QueueFull { .. })
+                | ApiError::Loading
+                | ApiError::ModelsBusy { .. }
         )
     }
 
@@ -249,6 +258,7 @@ impl ApiError {
             ApiError::ModelNotFound { .. } => "model_not_found",
             ApiError::ModelLoadFailed { .. } => "model_load_failed",
             ApiError::ModelTooLarge { .. } => "model_too_large",
+            ApiError::ModelsBusy { .. } => "models_busy",
             ApiError::ObjectNotFound { .. } => "not_found",
             ApiError::RouteNotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",

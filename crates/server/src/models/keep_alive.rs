@@ -78,12 +78,12 @@ impl KeepAlive {
         Ok(KeepAlive::from_secs(if negative { -secs } else { secs }))
     }
 
+    /// Negative, infinite or beyond what a `Duration` holds (~5e11 years): for ever.
     fn from_secs(secs: f64) -> KeepAlive {
-        if secs < 0.0 || !secs.is_finite() {
-            KeepAlive::Forever
-        } else {
-            KeepAlive::For(Duration::from_secs_f64(secs))
+        if secs < 0.0 {
+            return KeepAlive::Forever;
         }
+        Duration::try_from_secs_f64(secs).map_or(KeepAlive::Forever, KeepAlive::For)
     }
 
     /// Seconds for a listing: `-1` for ever.
@@ -112,6 +112,7 @@ mod tests {
             ("250ms", KeepAlive::For(Duration::from_millis(250))),
             ("-1", KeepAlive::Forever),
             ("-5m", KeepAlive::Forever),
+            ("1e30", KeepAlive::Forever),
         ] {
             assert_eq!(KeepAlive::parse(text), Ok(want), "{text}");
         }

@@ -56,6 +56,9 @@ const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// How often a load waiting for a busy model to go idle looks again.
 const ROOM_POLL: Duration = Duration::from_millis(50);
 
+/// How long a load waits for busy models to make room before its requests get a 503.
+const ROOM_WAIT: Duration = Duration::from_secs(300);
+
 /// A load's outcome, as its waiters receive it.
 type LoadResult = Result<Arc<Generator>, ApiError>;
 
@@ -197,35 +200,50 @@ impl Table {
     }
 
     /// Makes room for `needed` more bytes and one more resident model beside entry `at`
-    /// (unloading the least recently used idle others), and reserves it. `Ok(false)`: only a
-    /// busy model stands in the way, so the caller waits and asks again. A hot swap's bytes
-    /// are counted for the new version only: both are resident only until the old one's
-    /// last request ends.
+    /// (unloading the least recently used idle others), and reserves it. `Ok(false)`: only
+    /// busy models stand in the way, so the caller waits and asks again; then nothing was
+    /// unloaded. Resident means serving or holding a reservation: a load that has not
+    /// reserved yet does not count, so the first load to reserve wins and two loads never
+    /// wait on each other. A hot swap's bytes are counted for the new version only: both are
+    /// resident only until the old one's last request ends.
     fn reserve(&mut self, at: usize, needed: u64, config: &ModelsConfig) -> Result<bool, ()> {
         if config.memory_budget.is_some_and(|b| needed > b) {
             return Err(());
         }
-        loop {
-            let others = || self.entries.iter().enumerate().filter(|(i, _)| *i != at);
-            let count = 1 + others()
-                .filter(|(_, e)| e.serving.is_some() || e.loading.is_some())
-                .count();
-            let bytes = needed + others().map(|(_, e)| e.bytes + e.reserved).sum::<u64>();
-            let over = config.max_loaded.is_some_and(|m| count > m)
-                || config.memory_budget.is_some_and(|b| bytes > b);
-            if !over {
-                self.entries[at].reserved = needed;
-                return Ok(true);
-            }
-            let victim = others()
-                .filter(|(_, e)| e.evictable())
-                .min_by_key(|(_, e)| e.used)
-                .map(|(i, _)| i);
-            match victim {
-                Some(i) => self.entries[i].unload("to make room for another model"),
-                None => return Ok(false),
-            }
+        let others: Vec<usize> = (0..self.entries.len()).filter(|&i| i != at).collect();
+        let resident = |e: &Entry| e.serving.is_some() || e.reserved > 0;
+        let mut count = 1 + others
+            .iter()
+            .filter(|&&i| resident(&self.entries[i]))
+            .count();
+        let mut bytes = needed
+            + others
+                .iter()
+                .map(|&i| self.entries[i].bytes + self.entries[i].reserved)
+                .sum::<u64>();
+        let over = |count: usize, bytes: u64| {
+            config.max_loaded.is_some_and(|m| count > m)
+                || config.memory_budget.is_some_and(|b| bytes > b)
+        };
+        let mut victims: Vec<usize> = others
+            .into_iter()
+            .filter(|&i| self.entries[i].evictable())
+            .collect();
+        victims.sort_by_key(|&i| self.entries[i].used);
+        let mut take = 0;
+        while over(count, bytes) {
+            let Some(&v) = victims.get(take) else {
+                return Ok(false);
+            };
+            count -= 1;
+            bytes -= self.entries[v].bytes;
+            take += 1;
         }
+        for &v in &victims[..take] {
+            self.entries[v].unload("to make room for another model");
+        }
+        self.entries[at].reserved = needed;
+        Ok(true)
     }
 }
 
@@ -351,6 +369,15 @@ impl Registry {
         id: &str,
         path: Option<PathBuf>,
     ) -> Result<Arc<Generator>, ApiError> {
+        if let Some(p) = &path {
+            if !p.is_file() {
+                return Err(ApiError::invalid(
+                    "path",
+                    format!("{} is not a file this server can read", p.display()),
+                ));
+            }
+        }
+        let mut new = false;
         loop {
             // Ok: our load; Err: one already running, to wait for before starting ours.
             let rx = {
@@ -360,6 +387,7 @@ impl Registry {
                     (None, Some(p)) => {
                         let keep = self.config.keep_alive;
                         t.entries.push(Entry::new(id, Some(p.clone()), keep));
+                        new = true;
                         t.entries.len() - 1
                     }
                     (None, None) => {
@@ -376,7 +404,13 @@ impl Registry {
                 }
             };
             match rx {
-                Ok(ours) => return wait(ours).await,
+                Ok(ours) => {
+                    let result = wait(ours).await;
+                    if result.is_err() && new {
+                        self.forget_if_never_loaded(id);
+                    }
+                    return result;
+                }
                 Err(running) => {
                     let _ = wait(running).await;
                 }
@@ -384,12 +418,31 @@ impl Registry {
         }
     }
 
-    /// Unloads `id` now if idle, else as soon as its last request ends.
+    /// Drops the entry an admin load registered, when that load failed and nothing else
+    /// loaded it since: a typo in a path does not stay listed.
+    fn forget_if_never_loaded(&self, id: &str) {
+        let mut t = self.table();
+        if let Some(at) = t.position(id) {
+            let e = &t.entries[at];
+            if e.serving.is_none() && e.loading.is_none() {
+                t.entries.remove(at);
+            }
+        }
+    }
+
+    /// Unloads `id` now if idle, else as soon as its last request ends (or, if it is
+    /// loading, as soon as it is loaded and idle).
     pub fn unload(&self, id: &str) -> Result<Unload, ApiError> {
         let mut t = self.table();
         let at = t.find(Some(id))?;
         let e = &mut t.entries[at];
-        if e.serving.is_none() {
+        if e.path.is_none() {
+            return Err(ApiError::invalid(
+                "model",
+                format!("`{id}` was handed over loaded, with no file to load it again from"),
+            ));
+        }
+        if e.serving.is_none() && e.loading.is_none() {
             return Ok(Unload::NotLoaded);
         }
         if e.evictable() {
@@ -425,9 +478,10 @@ impl Registry {
     fn run_load(&self, id: &str, path: PathBuf, tx: watch::Sender<Option<LoadResult>>) {
         let started = Instant::now();
         tracing::info!(model = %id, path = %path.display(), "loading the model");
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.load_file(id, &path)))
-                .unwrap_or_else(|_| Err(load_failed(id, &path, "the loader panicked".into())));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.load_file(id, &path, &tx)
+        }))
+        .unwrap_or_else(|_| Err(load_failed(id, &path, "the loader panicked".into())));
         {
             let mut t = self.table();
             if let Some(at) = t.position(id) {
@@ -460,10 +514,16 @@ impl Registry {
         tx.send_replace(Some(result.map(|(g, _)| g)));
     }
 
-    fn load_file(&self, id: &str, path: &Path) -> Result<(Arc<Generator>, u64), ApiError> {
+    fn load_file(
+        &self,
+        id: &str,
+        path: &Path,
+        tx: &watch::Sender<Option<LoadResult>>,
+    ) -> Result<(Arc<Generator>, u64), ApiError> {
         let needed = self
             .price(path)
             .map_err(|reason| load_failed(id, path, reason))?;
+        let waiting = Instant::now();
         loop {
             let mut t = self.table();
             let Some(at) = t.position(id) else {
@@ -481,6 +541,14 @@ impl Registry {
                 }
             }
             drop(t);
+            // Only the entry's own receiver left: every request that wanted it has gone.
+            let abandoned = tx.receiver_count() <= 1;
+            if abandoned || waiting.elapsed() > ROOM_WAIT {
+                return Err(ApiError::ModelsBusy {
+                    model: id.to_string(),
+                    waited_secs: waiting.elapsed().as_secs(),
+                });
+            }
             std::thread::sleep(ROOM_POLL);
         }
         let pool = self
@@ -495,10 +563,14 @@ impl Registry {
     }
 
     /// What a model in `path` takes when resident: its file (the weights are mapped from
-    /// it) and its KV pool, from the GGUF header alone.
+    /// it) and its KV pool (none for an encoder), from the GGUF header alone.
     fn price(&self, path: &Path) -> Result<u64, String> {
         let file = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
         let config = ModelConfig::read(path).map_err(|e| e.to_string())?;
+        if config.arch.is_encoder() {
+            // An encoder never writes its KV pool, so its zeroed pages are never resident.
+            return Ok(file);
+        }
         let limits = Limits::new(
             &self.config.scheduler,
             config.kv_shape(),

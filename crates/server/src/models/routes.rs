@@ -26,7 +26,7 @@ fn model_object(m: &ModelInfo) -> Value {
             "memory_bytes": m.memory_bytes,
             "busy": m.busy,
             "keep_alive_secs": m.keep_alive.as_secs_f64(),
-            "expires_at": m.expires_in.map(|d| unix_now() + d.as_secs()),
+            "expires_at": m.expires_in.map(|d| unix_now().saturating_add(d.as_secs())),
             "loads": m.loads,
         },
     });

@@ -198,6 +198,23 @@ async fn an_encoder_embeds_whole_prompts_batched_as_alone() {
             .await;
         assert_eq!(floats(&alone["data"][0]["embedding"]), vector, "input {i}");
     }
+    // An input of exactly the context (128 positions, [CLS] and [SEP] included) fits: an
+    // embedding generates nothing. One more does not.
+    let (status, v) = s
+        .post("/v1/embeddings", json!({"input": "hello ".repeat(126)}))
+        .await;
+    assert_eq!(
+        (status, v["usage"]["prompt_tokens"].as_u64()),
+        (200, Some(128)),
+        "{v}"
+    );
+    let (status, v) = s
+        .post("/v1/embeddings", json!({"input": "hello ".repeat(127)}))
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("context_length_exceeded"))
+    );
     // The same vector with a budget that fits the whole prompt: chunking never enters.
     let wide = encoder(None, 512);
     let (_, a) = s

@@ -342,34 +342,34 @@ async fn a_failed_load_names_the_file_and_keeps_the_serving_version() {
     let good = write(&d, "good", &tiny_seed(5));
     let hostile = d.join("hostile.gguf");
     std::fs::write(&hostile, b"GGUF\x03\x00\x00\x00 not really").unwrap();
-    let s = server(&[("m", &good)], config(None, None)).await;
+    let s = server(&[("m", &good), ("bad", &hostile)], config(None, None)).await;
     let before = complete(&s, "m", 6).await;
-    for (tried, path) in [hostile.clone(), d.join("missing.gguf")]
-        .into_iter()
-        .enumerate()
-    {
-        let (code, v) = s
-            .post("/admin/models/load", json!({"model": "m", "path": path}))
-            .await;
-        assert_eq!(code, 500, "{v}");
-        assert_eq!(v["error"]["code"], "model_load_failed");
-        let message = v["error"]["message"].as_str().unwrap();
-        assert!(message.contains(&path.display().to_string()), "{message}");
-        assert_eq!(complete(&s, "m", 6).await, before);
-        assert_eq!(status_of(&s, "m").await, "loaded");
-        // The first load and the failed ones: the version serving was never reloaded.
-        assert_eq!(model_field(&s, "m", "loads").await, 2 + tried);
-    }
-    // A new id from a bad file is listed as failed, with the reason.
-    let (code, _) = s
-        .post(
-            "/admin/models/load",
-            json!({"model": "bad", "path": hostile}),
-        )
+    let (code, v) = s
+        .post("/admin/models/load", json!({"model": "m", "path": hostile}))
         .await;
-    assert_eq!(code, 500);
-    assert_eq!(status_of(&s, "bad").await, "failed");
-    assert!(model_field(&s, "bad", "reason").await.is_string());
+    assert_eq!(code, 500, "{v}");
+    assert_eq!(v["error"]["code"], "model_load_failed");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&hostile.display().to_string()),
+        "{message}"
+    );
+    assert_eq!(complete(&s, "m", 6).await, before);
+    assert_eq!(status_of(&s, "m").await, "loaded");
+    // The first load and the failed one: the version serving was never reloaded.
+    assert_eq!(model_field(&s, "m", "loads").await, 2);
+    // A path that is no file is the client's mistake, named before anything loads.
+    let missing = d.join("missing.gguf");
+    let (code, v) = s
+        .post("/admin/models/load", json!({"model": "m", "path": missing}))
+        .await;
+    assert_eq!(
+        (code, v["error"]["param"].as_str()),
+        (400, Some("path")),
+        "{v}"
+    );
+    assert_eq!(model_field(&s, "m", "loads").await, 2);
+    // A registered model whose file is bad is listed as failed, with the reason.
     let (code, v) = s
         .post("/v1/completions", json!({"model": "bad", "prompt": "x"}))
         .await;
@@ -377,6 +377,17 @@ async fn a_failed_load_names_the_file_and_keeps_the_serving_version() {
         (code, v["error"]["code"].as_str()),
         (500, Some("model_load_failed"))
     );
+    assert_eq!(status_of(&s, "bad").await, "failed");
+    assert!(model_field(&s, "bad", "reason").await.is_string());
+    // A new id whose first load fails is not kept.
+    let (code, _) = s
+        .post(
+            "/admin/models/load",
+            json!({"model": "typo", "path": hostile}),
+        )
+        .await;
+    assert_eq!(code, 500);
+    assert!(!statuses(&s).await.iter().any(|(id, _)| id == "typo"));
     // Unknown ids without a file are a 404 on both admin routes.
     let (code, _) = s.post("/admin/models/load", json!({"model": "nope"})).await;
     assert_eq!(code, 404);
@@ -384,6 +395,62 @@ async fn a_failed_load_names_the_file_and_keeps_the_serving_version() {
         .post("/admin/models/unload", json!({"model": "nope"}))
         .await;
     assert_eq!(code, 404);
+}
+
+/// Two loads that each need the other's room: the first to reserve it loads, the other
+/// waits for it to go idle, and neither waits for ever.
+#[tokio::test]
+async fn concurrent_loads_under_a_cap_take_turns() {
+    let d = dir("turns");
+    let a = write(&d, "a", &tiny_seed(12));
+    let b = write(&d, "b", &tiny_seed(13));
+    let s = server(&[("a", &a), ("b", &b)], config(Some(1), None)).await;
+    let ask = |model: &'static str| {
+        let endpoint = s.endpoint.clone();
+        tokio::spawn(async move {
+            let body = json!({"model": model, "prompt": "x", "max_tokens": 2});
+            endpoint
+                .post_json("/v1/completions", &body)
+                .await
+                .unwrap()
+                .status
+        })
+    };
+    let both = futures_util::future::join(ask("a"), ask("b"));
+    let (ra, rb) = tokio::time::timeout(Duration::from_secs(30), both)
+        .await
+        .expect("two loads under a cap of one deadlocked");
+    assert_eq!((ra.unwrap(), rb.unwrap()), (200, 200));
+}
+
+/// A load that waits for room is given up when every request that wanted it has gone.
+#[tokio::test]
+async fn a_load_nobody_waits_for_any_more_is_abandoned() {
+    let d = dir("abandoned");
+    let a = write(&d, "a", &slow());
+    let b = write(&d, "b", &tiny_seed(14));
+    let s = server(&[("a", &a), ("b", &b)], config(Some(1), None)).await;
+    let r = s
+        .post_raw(
+            "/v1/completions",
+            json!({"model": "a", "prompt": "a", "max_tokens": 1500, "ignore_eos": true,
+                   "stream": true}),
+        )
+        .await;
+    let mut events = r.events();
+    events.next_data().await.unwrap().unwrap();
+    let endpoint = s.endpoint.clone();
+    let gone = tokio::spawn(async move {
+        let body = json!({"model": "b", "prompt": "x", "max_tokens": 2});
+        endpoint.post_json("/v1/completions", &body).await
+    });
+    assert!(wait_status(&s, "b", "loading", Duration::from_secs(3)).await);
+    gone.abort();
+    assert!(wait_status(&s, "b", "failed", Duration::from_secs(3)).await);
+    assert_eq!(status_of(&s, "a").await, "loaded");
+    let reason = model_field(&s, "b", "reason").await;
+    assert!(reason.as_str().unwrap().contains("no room"), "{reason}");
+    drop(events);
 }
 
 #[tokio::test]
