@@ -6,7 +6,7 @@
 //! - [`generate`]: the one generation path — the prompt rendered and tokenized, one
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
-//!   constraint (llguidance), failing closed;
+//!   constraint (llguidance), failing closed; [`gbnf`] translates llama.cpp's grammars for it;
 //! - [`tools`]: tool calling — describing tools, the grammar of a call, reading calls back;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids for replies and stored objects;
@@ -15,6 +15,7 @@
 
 pub mod embed;
 pub mod error;
+pub mod gbnf;
 pub mod generate;
 pub mod grammar;
 pub mod ids;

@@ -11,8 +11,10 @@
 //!   token being an id or a text (every token of the text gets the bias), a bias `false`
 //!   banning the token;
 //! - `cache_prompt: false` computes the whole prompt, reusing nothing cached;
-//! - `json_schema`, or `grammar` as a Lark grammar after `%llguidance` (as llama.cpp's
-//!   llguidance builds take it), constrain the output; a GBNF grammar is refused by name;
+//! - `json_schema`, or `grammar` — GBNF as llama.cpp takes it (translated to the grammar
+//!   engine's Lark, `core/gbnf.rs`), or Lark after a `%llguidance` line as llama.cpp's
+//!   llguidance builds take it — constrain the output; a grammar that cannot be translated
+//!   or compiled is a 400 naming the reason, never an unconstrained answer;
 //! - parameters of samplers this server does not have are accepted at their neutral value
 //!   (what llama.cpp's web UI and scripts send by default) and refused by name otherwise.
 
@@ -20,6 +22,7 @@ use ferrox_engine::sampler::SamplingParams;
 use serde_json::{Map, Value};
 
 use crate::core::error::ApiError;
+use crate::core::gbnf;
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Prompt, PromptPiece};
 use crate::http::params::{kind, Fields, MAX_TOKENS_LIMIT};
@@ -325,9 +328,8 @@ fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
     })
 }
 
-/// `json_schema` (an object), or `grammar`: empty (none), or a Lark grammar marked as
-/// llama.cpp marks it, `%llguidance` on its first line. A GBNF grammar is refused by name
-/// rather than run unconstrained.
+/// `json_schema` (an object), or `grammar`: empty (none), a Lark grammar marked as
+/// llama.cpp marks it, `%llguidance` on its first line, or else GBNF.
 fn grammar(f: &mut Fields) -> Result<Option<GrammarRequest>, ApiError> {
     let schema = f.take_raw("json_schema");
     let grammar = f
@@ -356,11 +358,13 @@ fn grammar(f: &mut Fields) -> Result<Option<GrammarRequest>, ApiError> {
                 spec: GrammarSpec::Lark(g),
                 param: "grammar".into(),
             })),
-            false => Err(ApiError::invalid(
-                "grammar",
-                "GBNF grammars are not supported yet: send json_schema, or a Lark grammar \
-                 whose first line is %llguidance",
-            )),
+            false => Ok(Some(GrammarRequest {
+                spec: GrammarSpec::Lark(
+                    gbnf::to_lark(&g)
+                        .map_err(|e| ApiError::invalid("grammar", format!("GBNF: {e}")))?,
+                ),
+                param: "grammar".into(),
+            })),
         },
         (None, None) => Ok(None),
     }
@@ -497,7 +501,7 @@ mod tests {
             Some("mirostat")
         );
         assert_eq!(
-            param(json!({"prompt": "x", "grammar": "root ::= \"a\""})).as_deref(),
+            param(json!({"prompt": "x", "grammar": "root ::= \"a"})).as_deref(),
             Some("grammar")
         );
         assert_eq!(

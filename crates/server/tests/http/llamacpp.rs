@@ -173,7 +173,7 @@ async fn infill_without_fim_tokens_is_501_and_errors_are_llama_servers() {
     let cases = [
         (request(json!({"n_predict": 0})), "n_predict"),
         (request(json!({"mirostat": 2})), "mirostat"),
-        (request(json!({"grammar": "root ::= \"a\""})), "grammar"),
+        (request(json!({"grammar": "root ::= \"a"})), "grammar"),
         (request(json!({"prompt": ["a", "b"]})), "prompt"),
         (request(json!({"logit_bias": [[1]]})), "logit_bias[0]"),
         (request(json!({"wat": 1})), "wat"),
