@@ -40,6 +40,9 @@ pub struct SyntheticSpec {
     /// Written as `{arch}.pooling_type` (llama.cpp's numbering) when set; an encoder writes
     /// 2 (CLS) unless this says otherwise.
     pub pooling_type: Option<usize>,
+    /// Written as `tokenizer.chat_template` when set (else the architecture's builtin
+    /// format applies).
+    pub chat_template: Option<String>,
     pub seed: u64,
 }
 
@@ -64,6 +67,7 @@ impl SyntheticSpec {
             weight_type: GgmlType::F32,
             fim_tokens: false,
             pooling_type: None,
+            chat_template: None,
             seed,
         }
     }
@@ -204,6 +208,9 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(1));
     w.add_metadata("tokenizer.ggml.unknown_token_id", Value::U32(3));
     w.add_metadata("tokenizer.ggml.padding_token_id", Value::U32(0));
+    if let Some(t) = &s.chat_template {
+        w.add_metadata("tokenizer.chat_template", Value::String(t.clone()));
+    }
     w.add_metadata("tokenizer.ggml.add_bos_token", Value::Bool(true));
     w.add_metadata("tokenizer.ggml.add_eos_token", Value::Bool(false));
     w.add_metadata(

@@ -127,6 +127,11 @@ pub struct ServeArgs {
     /// `pooling_type`, else mean].
     #[arg(long, env = "FERROX_POOLING", value_enum)]
     pub pooling: Option<PoolingArg>,
+    /// How a thinking model's `<think>` block is returned: `auto` (or llama-server's
+    /// `deepseek`) splits it into the protocols' reasoning fields; `none` leaves it in the
+    /// text [default: auto].
+    #[arg(long, env = "FERROX_REASONING_FORMAT", value_enum)]
+    pub reasoning_format: Option<ReasoningArg>,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
     #[arg(long, env = "FERROX_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -303,6 +308,7 @@ impl ServeArgs {
             metrics_public: self.metrics_public,
             cors_origins: self.cors_origins.clone(),
             tls,
+            reasoning: self.reasoning_format != Some(ReasoningArg::None),
             pooling: self.pooling.map(|p| match p {
                 PoolingArg::Mean => Pooling::Mean,
                 PoolingArg::Cls => Pooling::Cls,
@@ -310,6 +316,17 @@ impl ServeArgs {
             }),
         })
     }
+}
+
+/// `--reasoning-format`'s values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningArg {
+    /// Split the block into reasoning fields.
+    Auto,
+    /// The same (llama-server's name for it).
+    Deepseek,
+    /// Leave the block in the answer's text.
+    None,
 }
 
 /// `--pooling`'s values.

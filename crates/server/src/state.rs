@@ -17,6 +17,7 @@ use ferrox_sched::{Pooling, Scheduler, SchedulerConfig, SchedulerHandle};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::Grammars;
+use crate::core::reasoning::{self, Thinking};
 use crate::http::auth::ApiKeys;
 use crate::http::metrics::Metrics;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
@@ -65,6 +66,9 @@ pub struct ServerConfig {
     /// How embeddings pool (`--pooling`); `None`: as the GGUF says (`pooling_type`), else
     /// the mean.
     pub pooling: Option<Pooling>,
+    /// Split a thinking model's `<think>` block from its answer (`--reasoning-format`;
+    /// `core/reasoning.rs`).
+    pub reasoning: bool,
 }
 
 impl ServerConfig {
@@ -114,6 +118,7 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             tls: None,
             pooling: None,
+            reasoning: true,
         }
     }
 }
@@ -140,6 +145,9 @@ pub struct Generator {
     /// Longest `prompt + max_tokens` the scheduler admits (its `Limits`).
     pub context_tokens: usize,
     pub default_max_tokens: usize,
+    /// How a thinking model's answers begin, if its template says it thinks and the split is
+    /// on (`core/reasoning.rs`).
+    pub thinking: Option<Thinking>,
     /// How `/v1/embeddings` pools a prompt's hidden states; `None`: it cannot (a reranker
     /// whose GGUF says `rank`, with no `--pooling`).
     pub pooling: Option<Pooling>,
@@ -184,7 +192,12 @@ impl Generator {
             // Mean (1), and for files that say none (0) or nothing.
             (None, _) => Some(Pooling::Mean),
         };
+        let thinking = config
+            .reasoning
+            .then(|| thinking_of(&model, &template))
+            .flatten();
         Ok(Generator {
+            thinking,
             grammars: Grammars::new(Arc::clone(&model)),
             model,
             template,
@@ -205,6 +218,12 @@ impl Generator {
     pub fn token_piece(&self, id: u32) -> (String, Vec<u8>) {
         let bytes = self.model.tokenizer().token_bytes_special(id).to_vec();
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    /// The reasoning split for a chat request: a thinking model's, unless tools or a
+    /// grammar shape the answer.
+    pub fn thinking_for(&self, tools: bool, grammar: bool) -> Option<Thinking> {
+        self.thinking.filter(|_| !tools && !grammar)
     }
 
     /// What a stream watches to learn that it must end.
@@ -284,6 +303,24 @@ impl AppState {
     pub fn generator(&self) -> Result<Arc<Generator>, ApiError> {
         self.models.get(None).ok_or(ApiError::Loading)
     }
+}
+
+/// A template that writes `</think>` belongs to a thinking family; whether its prompt opens
+/// the block is seen by rendering a one-message conversation.
+fn thinking_of(model: &Model, template: &ChatTemplate) -> Option<Thinking> {
+    let source = model.file().get("tokenizer.chat_template")?.as_str()?;
+    if !source.contains(reasoning::CLOSE) {
+        return None;
+    }
+    let prompt = template
+        .render(
+            &[ferrox_engine::template::ChatMessage::new("user", "x")],
+            true,
+        )
+        .ok()?;
+    Some(Thinking {
+        opened_by_prompt: prompt.trim_end().ends_with(reasoning::OPEN),
+    })
 }
 
 pub fn unix_now() -> u64 {

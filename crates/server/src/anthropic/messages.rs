@@ -30,6 +30,7 @@ use super::parse::{parse_count_tokens, parse_messages};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, prompt_ids, Finish, Generation, RequestUsage};
 use crate::core::ids::random_id;
+use crate::core::reasoning;
 use crate::core::request::Input;
 use crate::core::stream::{drive, Encoder};
 use crate::core::tools::{AnswerPiece, AnswerStream};
@@ -40,6 +41,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     let request = parse_messages(body)?;
     let options = request.options;
     let tools = request.tools;
+    let thinking = generator.thinking_for(tools.is_some(), options.grammar.is_some());
     let generation = generate(generator, Input::Chat(request.messages), &options).await?;
     let message = Message {
         id: random_id("msg_"),
@@ -47,7 +49,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     };
     if options.stream {
         let ping = Frame::named("ping", &json!({"type": "ping"}));
-        let answer = AnswerStream::for_request(tools.as_ref());
+        let answer = AnswerStream::for_request(tools.as_ref(), thinking);
         let encoder = Events {
             message,
             answer,
@@ -64,7 +66,21 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
         (Some(t), Finish::EndOfTurn) => t.parse(&out.completion.text),
         _ => None,
     };
-    let mut body = message.object(&out.completion.text, usage);
+    let mut body = match thinking {
+        Some(t) => {
+            let (reasoning, answer) = reasoning::split(&out.completion.text, t);
+            let mut body = message.object(&answer, usage);
+            if let Some(r) = reasoning {
+                let block = json!({"type": "thinking", "thinking": r, "signature": ""});
+                body["content"]
+                    .as_array_mut()
+                    .expect("an array")
+                    .insert(0, block);
+            }
+            body
+        }
+        None => message.object(&out.completion.text, usage),
+    };
     set_stop(&mut body, &out.finish);
     if let Some(call) = call {
         let input: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
@@ -128,9 +144,10 @@ fn set_stop(target: &mut Value, finish: &Finish) {
     target["stop_sequence"] = sequence;
 }
 
-/// The stream encoder. Blocks open as their first piece arrives — a text block, or with
-/// tools a `tool_use` block whose input streams as `input_json_delta`s — and close before
-/// the next one or the message's end.
+/// The stream encoder. Blocks open as their first piece arrives — a thinking model's
+/// `thinking` block (`thinking_delta`s), a text block, or with tools a `tool_use` block whose
+/// input streams as `input_json_delta`s — and close before the next one or the message's
+/// end.
 struct Events {
     message: Message,
     /// Text or a call, as the answer goes (text from the start without tools).
@@ -144,6 +161,7 @@ struct Events {
 enum Block {
     Text,
     ToolUse,
+    Thinking,
 }
 
 fn event(name: &'static str, mut data: Value) -> Frame {
@@ -164,6 +182,15 @@ impl Events {
                         out.push(self.start(json!({"type": "text", "text": ""}), Block::Text));
                     }
                     out.push(self.delta(json!({"type": "text_delta", "text": t})));
+                }
+                AnswerPiece::Reasoning(r) if r.is_empty() => {}
+                AnswerPiece::Reasoning(r) => {
+                    if self.open != Some(Block::Thinking) {
+                        out.extend(self.close_block());
+                        let block = json!({"type": "thinking", "thinking": "", "signature": ""});
+                        out.push(self.start(block, Block::Thinking));
+                    }
+                    out.push(self.delta(json!({"type": "thinking_delta", "thinking": r})));
                 }
                 AnswerPiece::CallStart(name) => {
                     out.extend(self.close_block());
@@ -194,11 +221,19 @@ impl Events {
         )
     }
 
-    fn close_block(&mut self) -> Option<Frame> {
-        self.open.take()?;
-        let frame = event("content_block_stop", json!({"index": self.blocks}));
+    /// Closes the open block, if one is: a thinking block's (empty) signature first, as
+    /// Anthropic's stream sends one before the block stops.
+    fn close_block(&mut self) -> Vec<Frame> {
+        let Some(kind) = self.open.take() else {
+            return Vec::new();
+        };
+        let mut frames = Vec::new();
+        if kind == Block::Thinking {
+            frames.push(self.delta(json!({"type": "signature_delta", "signature": ""})));
+        }
+        frames.push(event("content_block_stop", json!({"index": self.blocks})));
         self.blocks += 1;
-        Some(frame)
+        frames
     }
 
     fn text(&mut self, text: &str) -> Vec<Frame> {

@@ -14,7 +14,7 @@
 //!   `extra_body` only);
 //! - `tools` and `tool_choice`, `tool_use` and `tool_result` blocks: tool calling as the
 //!   core does it (`core/tools.rs`);
-//! - block types this server cannot serve yet (`image`, `document`, `thinking`, ...) and
+//! - block types this server cannot serve yet (`image`, `document`, ...) and
 //!   the `thinking` and `output_config` parameters are refused by name, never dropped;
 //! - a conversation ending in an assistant turn (Anthropic's "prefill") is refused by name:
 //!   continuing an assistant turn needs the template to leave it open, which it does not.
@@ -192,7 +192,9 @@ struct Calls {
 }
 
 /// A string, or an array of blocks (joined with newlines): `text`, `tool_use` (a past call,
-/// written as the model writes one) and `tool_result` (written as a turn naming the tool).
+/// written as the model writes one), `tool_result` (written as a turn naming the tool), and
+/// `thinking` / `redacted_thinking` (past reasoning, which clients send back and thinking
+/// templates leave out of the prompt: dropped).
 fn content(value: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError> {
     match value {
         Value::String(s) => Ok(s),
@@ -202,6 +204,7 @@ fn content(value: Value, path: &str, calls: &mut Calls) -> Result<String, ApiErr
                 .enumerate()
                 .map(|(j, b)| block(b, &format!("{path}[{j}]"), calls))
                 .collect::<Result<Vec<_>, _>>()?;
+            let texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
             Ok(texts.join("\n"))
         }
         other => Err(ApiError::invalid(
@@ -239,6 +242,12 @@ fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError
             };
             render_call(&call, calls.auto)
         }
+        "thinking" | "redacted_thinking" => {
+            b.accept("thinking");
+            b.accept("signature");
+            b.accept("data");
+            String::new()
+        }
         "tool_result" => {
             let id: String = b.require("tool_use_id")?;
             let is_error = b.take::<bool>("is_error")?.unwrap_or(false);
@@ -259,7 +268,7 @@ fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError
                 b.path("type"),
                 format!(
                     "content blocks of type {other:?} are not supported by this server yet; \
-                     only \"text\", \"tool_use\" and \"tool_result\""
+                     only \"text\", \"tool_use\", \"tool_result\" and \"thinking\""
                 ),
             ))
         }

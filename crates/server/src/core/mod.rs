@@ -8,6 +8,7 @@
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
 //!   constraint (llguidance), failing closed; [`gbnf`] translates llama.cpp's grammars for it;
 //! - [`tools`]: tool calling — describing tools, the grammar of a call, reading calls back;
+//! - [`reasoning`]: a thinking model's `<think>` block split from its answer;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
@@ -19,6 +20,7 @@ pub mod gbnf;
 pub mod generate;
 pub mod grammar;
 pub mod ids;
+pub mod reasoning;
 pub mod request;
 pub mod stream;
 pub mod tools;

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
+use crate::core::reasoning::{Part, Splitter, Thinking};
 
 /// The marker an `auto` answer starts a call with.
 pub const CALL_MARKER: &str = "<tool_call>";
@@ -277,6 +278,8 @@ impl CallStream {
 pub enum AnswerPiece {
     /// Ordinary text.
     Text(String),
+    /// A thinking model's reasoning (`core/reasoning.rs`).
+    Reasoning(String),
     /// A call begins: its name.
     CallStart(String),
     /// More of the call's argument text.
@@ -289,6 +292,8 @@ enum Mode {
     Undecided(String),
     Text,
     Call(CallStream),
+    /// A thinking model's answer without tools: reasoning, then text.
+    Thinking(Splitter),
 }
 
 /// Turns the text of an answer, as it streams, into text or call pieces: a `required` or
@@ -308,10 +313,16 @@ impl AnswerStream {
         AnswerStream { mode }
     }
 
-    /// The stream of a request's answer: with tools as [`Self::new`], without them plain
-    /// text from the start.
-    pub fn for_request(tools: Option<&Tools>) -> Self {
-        tools.map_or(AnswerStream { mode: Mode::Text }, Self::new)
+    /// The stream of a request's answer: with tools as [`Self::new`]; without them, a
+    /// thinking model's reasoning then text, or plain text from the start.
+    pub fn for_request(tools: Option<&Tools>, thinking: Option<Thinking>) -> Self {
+        match (tools, thinking) {
+            (Some(t), _) => Self::new(t),
+            (None, Some(t)) => AnswerStream {
+                mode: Mode::Thinking(Splitter::new(t)),
+            },
+            (None, None) => AnswerStream { mode: Mode::Text },
+        }
     }
 
     /// Known to be text (a request without tools, or an `auto` answer that began as text).
@@ -324,6 +335,7 @@ impl AnswerStream {
             Mode::Text if text.is_empty() => Vec::new(),
             Mode::Text => vec![AnswerPiece::Text(text.to_string())],
             Mode::Call(stream) => stream.push(text).into_iter().map(Into::into).collect(),
+            Mode::Thinking(split) => split.push(text).into_iter().map(Into::into).collect(),
             Mode::Undecided(held) => {
                 held.push_str(text);
                 let lead = held.trim_start();
@@ -351,6 +363,16 @@ impl AnswerStream {
             Mode::Undecided(held) => (vec![AnswerPiece::Text(std::mem::take(held))], false),
             Mode::Text => (Vec::new(), false),
             Mode::Call(stream) => (stream.finish().into_iter().map(Into::into).collect(), true),
+            Mode::Thinking(split) => (split.finish().into_iter().map(Into::into).collect(), false),
+        }
+    }
+}
+
+impl From<Part> for AnswerPiece {
+    fn from(p: Part) -> Self {
+        match p {
+            Part::Reasoning(r) => AnswerPiece::Reasoning(r),
+            Part::Answer(a) => AnswerPiece::Text(a),
         }
     }
 }

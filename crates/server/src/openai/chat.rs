@@ -2,7 +2,9 @@
 //!
 //! Reply: `chat.completion` with one `message` per choice and `usage`; streaming:
 //! `chat.completion.chunk`s whose first delta per choice carries the role, then `content`
-//! deltas, then an empty delta with the `finish_reason`. Logprobs (`logprobs: true`,
+//! deltas, then an empty delta with the `finish_reason`. A thinking model's reasoning goes
+//! to `message.reasoning_content` (deltas: `reasoning_content`), as vLLM and llama-server
+//! send it. Logprobs (`logprobs: true`,
 //! `top_logprobs: k`) are OpenAI's `{"content": [{"token", "logprob", "bytes",
 //! "top_logprobs"}]}`, reporting the model's own distribution (before sampling filters).
 
@@ -13,6 +15,7 @@ use serde_json::{json, Value};
 use super::{finish_reason, serve, Shape};
 use crate::core::error::ApiError;
 use crate::core::generate::{ChoiceOutput, Finish};
+use crate::core::reasoning::{self, Thinking};
 use crate::core::request::Input;
 use crate::core::tools::Tools;
 use crate::models::Pinned;
@@ -22,15 +25,18 @@ use crate::state::Generator;
 
 pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
-    let calls = match &request.tools {
-        Some(t) => (0..request.options.n)
-            .map(|_| StreamedCall::new(t))
+    let tools = request.tools.as_ref();
+    let thinking = generator.thinking_for(tools.is_some(), request.options.grammar.is_some());
+    let calls = match (tools, thinking) {
+        (None, None) => Vec::new(),
+        _ => (0..request.options.n)
+            .map(|_| StreamedCall::new(tools, thinking))
             .collect(),
-        None => Vec::new(),
     };
     let shape = Chat {
         logprobs: request.options.logprobs.is_some(),
         tools: request.tools.clone(),
+        thinking,
         calls,
     };
     let input = Input::Chat(request.messages);
@@ -61,7 +67,9 @@ fn logprob_entry(g: &Generator, t: &TokenEvent) -> Value {
 struct Chat {
     logprobs: bool,
     tools: Option<Tools>,
-    /// Per choice, with tools: what its stream is doing (text or a call).
+    /// A thinking model's split (`core/reasoning.rs`), when it applies.
+    thinking: Option<Thinking>,
+    /// Per choice, with tools or thinking: what its stream is doing.
     calls: Vec<StreamedCall>,
 }
 
@@ -87,10 +95,20 @@ impl Shape for Chat {
                        "tool_calls": tool_calls_json(&call)}),
                 "tool_calls",
             ),
-            None => (
-                json!({"role": "assistant", "content": out.completion.text, "refusal": null}),
-                finish_reason(&out.finish),
-            ),
+            None => {
+                let mut message = json!({"role": "assistant", "refusal": null});
+                match self.thinking {
+                    Some(t) => {
+                        let (reasoning, answer) = reasoning::split(&out.completion.text, t);
+                        message["content"] = json!(answer);
+                        if let Some(r) = reasoning {
+                            message["reasoning_content"] = json!(r);
+                        }
+                    }
+                    None => message["content"] = json!(out.completion.text),
+                }
+                (message, finish_reason(&out.finish))
+            }
         };
         json!({
             "index": index,

@@ -42,6 +42,7 @@ use super::tool_calls::tool_choice;
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, RequestUsage};
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
+use crate::core::reasoning::{self, Thinking};
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::drive;
 use crate::core::tools::{render_call, render_result, Tool, ToolCall, ToolChoice, Tools};
@@ -309,10 +310,14 @@ pub async fn create(
         prompt.push(ChatMessage::new("system", system.join("\n\n")));
     }
     prompt.extend(history.iter().cloned());
+    let thinking =
+        generator.thinking_for(request.tools.is_some(), request.options.grammar.is_some());
     let generation = generate(generator, Input::Chat(prompt), &request.options).await?;
     let draft = Draft {
         id: random_id("resp_"),
         item_id: random_id("msg_"),
+        reasoning_item_id: random_id("rs_"),
+        thinking,
         call_item_id: random_id("fc_"),
         call_id: random_id("call_"),
         created_at: unix_now(),
@@ -366,6 +371,9 @@ pub(super) struct Draft {
     pub(super) id: String,
     /// The id of its message item, or of its function call item (and the call's own id).
     pub(super) item_id: String,
+    /// The id of a thinking model's reasoning item, and how its answers begin.
+    pub(super) reasoning_item_id: String,
+    pub(super) thinking: Option<Thinking>,
     pub(super) call_item_id: String,
     pub(super) call_id: String,
     created_at: u64,
@@ -446,6 +454,21 @@ impl Draft {
         })
     }
 
+    /// A reasoning item, its text as one `reasoning_text` part.
+    pub(super) fn reasoning_item(&self, status: &str, text: Option<&str>) -> Value {
+        let content: Vec<Value> = text
+            .map(|t| json!({"type": "reasoning_text", "text": t}))
+            .into_iter()
+            .collect();
+        json!({
+            "type": "reasoning",
+            "id": self.reasoning_item_id,
+            "summary": [],
+            "content": content,
+            "status": status,
+        })
+    }
+
     /// A function call item.
     pub(super) fn call_item(&self, status: &str, name: &str, arguments: &str) -> Value {
         json!({
@@ -467,15 +490,28 @@ impl Draft {
     }
 
     /// The finished response, stored if asked.
+    /// A thinking model's reasoning comes first, as its own item; the history keeps only the
+    /// answer (thinking templates drop past reasoning too).
     pub(super) fn finished(&self, text: &str, finish: &Finish, usage: RequestUsage) -> Value {
         let complete = *finish != Finish::Length;
         let status = if complete { "completed" } else { "incomplete" };
+        let (reasoning, text) = match self.thinking {
+            Some(t) => reasoning::split(text, t),
+            None => (None, text.to_string()),
+        };
+        let text = text.as_str();
         let call = self.call(text, finish);
         let item = match &call {
             Some(c) => self.call_item("completed", &c.name, &c.arguments),
             None => self.item(status, vec![text_part_json(text)]),
         };
-        let mut response = self.object(status, vec![item], Some(usage));
+        let mut output: Vec<Value> = reasoning
+            .as_deref()
+            .map(|r| self.reasoning_item("completed", Some(r)))
+            .into_iter()
+            .collect();
+        output.push(item);
+        let mut response = self.object(status, output, Some(usage));
         if !complete {
             response["incomplete_details"] = json!({"reason": "max_output_tokens"});
         }

@@ -22,6 +22,7 @@ use crate::http::sse::Frame;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Item {
+    Reasoning,
     Message,
     Call,
 }
@@ -32,19 +33,25 @@ pub(super) struct Events {
     /// Text or a call, as the answer goes (text from the start without tools).
     answer: AnswerStream,
     opened: Option<Item>,
+    /// The output index of the item being streamed (a reasoning item comes first).
+    index: usize,
     /// The text (or argument text) streamed so far.
     text: String,
+    /// A thinking model's reasoning streamed so far.
+    reasoning: String,
 }
 
 impl Events {
     pub(super) fn new(draft: Draft) -> Self {
-        let answer = AnswerStream::for_request(draft.request.tools.as_ref());
+        let answer = AnswerStream::for_request(draft.request.tools.as_ref(), draft.thinking);
         Events {
             draft,
             sequence: 0,
             answer,
             opened: None,
+            index: 0,
             text: String::new(),
+            reasoning: String::new(),
         }
     }
 
@@ -57,33 +64,61 @@ impl Events {
 
     fn part_event(&mut self, name: &'static str, mut data: Value) -> Frame {
         data["item_id"] = json!(self.draft.item_id);
-        data["output_index"] = json!(0);
+        data["output_index"] = json!(self.index);
         data["content_index"] = json!(0);
         self.event(name, data)
     }
 
     fn call_event(&mut self, name: &'static str, mut data: Value) -> Frame {
         data["item_id"] = json!(self.draft.call_item_id);
-        data["output_index"] = json!(0);
+        data["output_index"] = json!(self.index);
         self.event(name, data)
     }
 
-    fn open_message(&mut self) -> Vec<Frame> {
-        if self.opened.is_some() {
+    fn reasoning_event(&mut self, name: &'static str, mut data: Value) -> Frame {
+        data["item_id"] = json!(self.draft.reasoning_item_id);
+        data["output_index"] = json!(self.index);
+        data["content_index"] = json!(0);
+        self.event(name, data)
+    }
+
+    /// Ends the reasoning item, if it is the one open: the next item follows it.
+    fn close_reasoning(&mut self) -> Vec<Frame> {
+        if self.opened != Some(Item::Reasoning) {
             return Vec::new();
+        }
+        let text = self.reasoning.clone();
+        let item = self.draft.reasoning_item("completed", Some(&text));
+        let frames = vec![
+            self.reasoning_event("response.reasoning_text.done", json!({"text": text})),
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": self.index, "item": item}),
+            ),
+        ];
+        self.opened = None;
+        self.index += 1;
+        frames
+    }
+
+    fn open_message(&mut self) -> Vec<Frame> {
+        let mut frames = self.close_reasoning();
+        if self.opened.is_some() {
+            return frames;
         }
         self.opened = Some(Item::Message);
         let item = self.draft.item("in_progress", Vec::new());
-        vec![
+        frames.extend([
             self.event(
                 "response.output_item.added",
-                json!({"output_index": 0, "item": item}),
+                json!({"output_index": self.index, "item": item}),
             ),
             self.part_event(
                 "response.content_part.added",
                 json!({"part": text_part_json("")}),
             ),
-        ]
+        ]);
+        frames
     }
 
     fn pieces(&mut self, pieces: Vec<AnswerPiece>) -> Vec<Frame> {
@@ -97,12 +132,27 @@ impl Events {
                     let delta = json!({"delta": t, "logprobs": []});
                     out.push(self.part_event("response.output_text.delta", delta));
                 }
+                AnswerPiece::Reasoning(r) if r.is_empty() => {}
+                AnswerPiece::Reasoning(r) => {
+                    if self.opened.is_none() {
+                        self.opened = Some(Item::Reasoning);
+                        let item = self.draft.reasoning_item("in_progress", None);
+                        out.push(self.event(
+                            "response.output_item.added",
+                            json!({"output_index": self.index, "item": item}),
+                        ));
+                    }
+                    self.reasoning.push_str(&r);
+                    out.push(
+                        self.reasoning_event("response.reasoning_text.delta", json!({"delta": r})),
+                    );
+                }
                 AnswerPiece::CallStart(name) => {
                     self.opened = Some(Item::Call);
                     let item = self.draft.call_item("in_progress", &name, "");
                     out.push(self.event(
                         "response.output_item.added",
-                        json!({"output_index": 0, "item": item}),
+                        json!({"output_index": self.index, "item": item}),
                     ));
                 }
                 AnswerPiece::Arguments(a) => {
@@ -150,7 +200,8 @@ impl Encoder for Events {
         let rest = self.answer.finish().0;
         let mut frames = self.pieces(rest);
         let response = self.draft.finished(&c.text, f, g.usage());
-        let item = response["output"][0].clone();
+        let output = response["output"].as_array().cloned().unwrap_or_default();
+        let item = output.last().cloned().unwrap_or_default();
         let status = response["status"]
             .as_str()
             .unwrap_or("completed")
@@ -163,8 +214,11 @@ impl Encoder for Events {
             ));
         } else {
             frames.extend(self.open_message());
-            debug_assert_eq!(self.text, c.text, "streamed text differs from the whole");
-            let text = c.text.clone();
+            let text = item["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            debug_assert_eq!(self.text, text, "streamed text differs from the whole");
             frames.push(self.part_event(
                 "response.output_text.done",
                 json!({"text": text, "logprobs": []}),
@@ -176,7 +230,7 @@ impl Encoder for Events {
         }
         frames.push(self.event(
             "response.output_item.done",
-            json!({"output_index": 0, "item": item}),
+            json!({"output_index": self.index, "item": item}),
         ));
         let done = if status == "completed" {
             "response.completed"

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::ids::random_id;
+use crate::core::reasoning::Thinking;
 use crate::core::tools::{AnswerPiece, AnswerStream, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
@@ -138,7 +139,8 @@ pub fn tool_calls_json(call: &ToolCall) -> Value {
     }])
 }
 
-/// A choice's streaming state: turns the answer's text into content or tool-call deltas.
+/// A choice's streaming state: turns the answer's text into content, reasoning or
+/// tool-call deltas.
 #[derive(Debug)]
 pub struct StreamedCall {
     answer: AnswerStream,
@@ -146,9 +148,9 @@ pub struct StreamedCall {
 }
 
 impl StreamedCall {
-    pub fn new(tools: &Tools) -> Self {
+    pub fn new(tools: Option<&Tools>, thinking: Option<Thinking>) -> Self {
         StreamedCall {
-            answer: AnswerStream::new(tools),
+            answer: AnswerStream::for_request(tools, thinking),
             id: random_id("call_"),
         }
     }
@@ -166,16 +168,18 @@ impl StreamedCall {
     }
 }
 
-/// One delta of the pieces: `content`, or a `tool_calls` entry (with `id`, `type` and the
-/// name when the call starts), if there is anything to send.
+/// One delta of the pieces: `content` and `reasoning_content`, or a `tool_calls` entry
+/// (with `id`, `type` and the name when the call starts), if there is anything to send.
 fn delta(id: &str, pieces: Vec<AnswerPiece>) -> Option<Value> {
     let mut content = String::new();
+    let mut reasoning = String::new();
     let mut entry = json!({"index": 0});
     let mut args = String::new();
     let mut call = false;
     for p in pieces {
         match p {
             AnswerPiece::Text(t) => content.push_str(&t),
+            AnswerPiece::Reasoning(r) => reasoning.push_str(&r),
             AnswerPiece::CallStart(name) => {
                 call = true;
                 entry["id"] = json!(id);
@@ -192,5 +196,12 @@ fn delta(id: &str, pieces: Vec<AnswerPiece>) -> Option<Value> {
         entry["function"]["arguments"] = json!(args);
         return Some(json!({"tool_calls": [entry]}));
     }
-    (!content.is_empty()).then(|| json!({"content": content}))
+    let mut d = json!({});
+    if !reasoning.is_empty() {
+        d["reasoning_content"] = json!(reasoning);
+    }
+    if !content.is_empty() {
+        d["content"] = json!(content);
+    }
+    (d != json!({})).then_some(d)
 }

@@ -1,0 +1,172 @@
+//! The reasoning split (`core/reasoning.rs`) on every chat-shaped protocol, with a
+//! random-weight model whose chat template opens a `<think>` block at the end of the
+//! prompt, as DeepSeek-R1's does: such a model never closes it (it does not know how), so
+//! its whole answer is reasoning — in `reasoning_content`, a `thinking` block, a `reasoning`
+//! item — streamed exactly as it comes whole, and the answer's text stays empty.
+
+use ferrox_engine::synthetic::SyntheticSpec;
+use ferrox_sched::SchedulerConfig;
+use ferrox_server::ServerConfig;
+use serde_json::{json, Value};
+
+use crate::common::{synthetic_state, text_of, tiny, TestServer};
+
+const THINKING_TEMPLATE: &str = "{% for m in messages %}<|{{ m.role }}|>\
+{% if '</think>' in m.content %}{{ m.content.split('</think>')[-1] }}{% else %}{{ m.content }}{% endif %}\n\
+{% endfor %}{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}";
+
+async fn server(reasoning: bool) -> TestServer {
+    let spec = SyntheticSpec {
+        chat_template: Some(THINKING_TEMPLATE.into()),
+        ..tiny()
+    };
+    let config = ServerConfig {
+        reasoning,
+        ..ServerConfig::default()
+    };
+    TestServer::start(synthetic_state(&spec, SchedulerConfig::default(), config)).await
+}
+
+fn messages() -> Value {
+    json!([{"role": "user", "content": "Why is the sky blue?"}])
+}
+
+#[tokio::test]
+async fn chat_puts_the_block_in_reasoning_content_streamed_as_whole() {
+    let s = server(true).await;
+    let body = json!({"messages": messages(), "max_tokens": 12, "temperature": 0});
+    let (status, v) = s.post("/v1/chat/completions", body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    let reasoning = message["reasoning_content"].as_str().unwrap().to_string();
+    assert!(!reasoning.is_empty(), "{v}");
+    assert_eq!(message["content"], "", "{v}");
+    // The same text the raw completion of the rendered prompt gives.
+    let (_, raw) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "<|user|>Why is the sky blue?\n<|assistant|><think>\n",
+                   "max_tokens": 12, "temperature": 0}),
+        )
+        .await;
+    assert_eq!(reasoning, text_of(&raw));
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (_, events) = s.stream("/v1/chat/completions", streamed).await;
+    let (mut r, mut c) = (String::new(), String::new());
+    for e in &events {
+        let d = &e["choices"][0]["delta"];
+        r.push_str(d["reasoning_content"].as_str().unwrap_or_default());
+        c.push_str(d["content"].as_str().unwrap_or_default());
+    }
+    assert_eq!((r, c), (reasoning, String::new()));
+}
+
+#[tokio::test]
+async fn anthropic_and_responses_carry_it_in_their_own_shapes() {
+    let s = server(true).await;
+    let (_, chat) = s
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": messages(), "max_tokens": 12, "temperature": 0}),
+        )
+        .await;
+    let reasoning = chat["choices"][0]["message"]["reasoning_content"].clone();
+
+    let body = json!({"model": "synthetic", "messages": messages(), "max_tokens": 12,
+                      "temperature": 0});
+    let (status, v) = s.post("/v1/messages", body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["content"][0]["type"], "thinking", "{v}");
+    assert_eq!(v["content"][0]["thinking"], reasoning);
+    assert_eq!(
+        v["content"].as_array().unwrap().len(),
+        1,
+        "no text block: {v}"
+    );
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (_, events) = s.named_stream("/v1/messages", streamed).await;
+    let thinking: String = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .filter_map(|(_, d)| d["delta"]["thinking"].as_str())
+        .collect();
+    assert_eq!(json!(thinking), reasoning);
+    let start = events
+        .iter()
+        .find(|(name, _)| name == "content_block_start")
+        .unwrap();
+    assert_eq!(start.1["content_block"]["type"], "thinking");
+    assert!(events
+        .iter()
+        .any(|(_, d)| d["delta"]["type"] == "signature_delta"));
+    // A conversation that sends the thinking block back is taken (and the block dropped).
+    let history = json!({"model": "synthetic", "max_tokens": 4, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hm", "signature": ""},
+            {"type": "text", "text": "hello"}]},
+        {"role": "user", "content": "and?"}]});
+    assert_eq!(s.post("/v1/messages", history).await.0, 200);
+
+    let body = json!({"input": "Why is the sky blue?", "max_output_tokens": 12,
+                      "temperature": 0, "store": false});
+    let (status, v) = s.post("/v1/responses", body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["output"][0]["type"], "reasoning", "{v}");
+    assert_eq!(v["output"][0]["content"][0]["text"], reasoning);
+    assert_eq!(v["output"][1]["type"], "message");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (_, events) = s.named_stream("/v1/responses", streamed).await;
+    let deltas: String = events
+        .iter()
+        .filter(|(name, _)| name == "response.reasoning_text.delta")
+        .filter_map(|(_, d)| d["delta"].as_str())
+        .collect();
+    assert_eq!(json!(deltas), reasoning);
+    let done = events
+        .iter()
+        .find(|(name, _)| name == "response.completed" || name == "response.incomplete")
+        .unwrap();
+    assert_eq!(
+        done.1["response"]["output"],
+        v["output"].clone().with_ids_of(&done.1)
+    );
+}
+
+/// Output items carry fresh ids per response; compare everything else.
+trait WithIds {
+    fn with_ids_of(self, other: &Value) -> Value;
+}
+
+impl WithIds for Value {
+    fn with_ids_of(mut self, other: &Value) -> Value {
+        let theirs = &other["response"]["output"];
+        for (i, item) in self.as_array_mut().unwrap().iter_mut().enumerate() {
+            item["id"] = theirs[i]["id"].clone();
+        }
+        self
+    }
+}
+
+#[tokio::test]
+async fn off_or_with_tools_and_grammars_the_text_is_left_whole() {
+    let off = server(false).await;
+    let body = json!({"messages": messages(), "max_tokens": 12, "temperature": 0});
+    let (_, v) = off.post("/v1/chat/completions", body.clone()).await;
+    let message = &v["choices"][0]["message"];
+    assert!(message.get("reasoning_content").is_none(), "{v}");
+    assert!(!message["content"].as_str().unwrap().is_empty());
+    let on = server(true).await;
+    let mut constrained = body.clone();
+    constrained["response_format"] = json!({"type": "json_object"});
+    let (_, v) = on.post("/v1/chat/completions", constrained).await;
+    assert!(
+        v["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none(),
+        "{v}"
+    );
+}
