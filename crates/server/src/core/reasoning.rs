@@ -30,15 +30,18 @@ pub fn split(text: &str, t: Thinking) -> (Option<String>, String) {
     let mut s = Splitter::new(t);
     let mut parts = s.push(text);
     parts.extend(s.finish());
+    let (reasoning, answer) = join(parts);
+    (reasoning.or_else(|| s.saw_block.then(String::new)), answer)
+}
+
+/// The reasoning (if any piece was) and the answer of `parts`, concatenated.
+fn join(parts: Vec<Part>) -> (Option<String>, String) {
     let (mut reasoning, mut answer) = (None::<String>, String::new());
     for p in parts {
         match p {
             Part::Reasoning(r) => reasoning.get_or_insert_with(String::new).push_str(&r),
             Part::Answer(a) => answer.push_str(&a),
         }
-    }
-    if s.saw_block {
-        reasoning.get_or_insert_with(String::new);
     }
     (reasoning, answer)
 }
@@ -223,13 +226,7 @@ mod tests {
                 let mut parts = s.push(&text[..at]);
                 parts.extend(s.push(&text[at..]));
                 parts.extend(s.finish());
-                let (mut r, mut a) = (None::<String>, String::new());
-                for p in parts {
-                    match p {
-                        Part::Reasoning(x) => r.get_or_insert_with(String::new).push_str(&x),
-                        Part::Answer(x) => a.push_str(&x),
-                    }
-                }
+                let (r, a) = join(parts);
                 assert_eq!(
                     (r.unwrap_or_default(), a),
                     (whole.0.clone().unwrap_or_default(), whole.1.clone()),

@@ -100,6 +100,15 @@ async fn wait_status(s: &TestServer, id: &str, status: &str, timeout: Duration) 
     false
 }
 
+/// Makes `model` busy: a stream of `tokens` tokens, its first event read.
+async fn busy(s: &TestServer, model: &str, tokens: usize) -> ferrox_server::client::EventReader {
+    let body = json!({"model": model, "prompt": "a b c", "max_tokens": tokens,
+                      "ignore_eos": true, "stream": true});
+    let mut events = s.post_raw("/v1/completions", body).await.events();
+    events.next_data().await.unwrap().expect("a first event");
+    events
+}
+
 /// A greedy completion on `model`: its text.
 async fn complete(s: &TestServer, model: &str, max_tokens: usize) -> String {
     let (code, v) = s
@@ -217,15 +226,7 @@ async fn a_busy_model_is_never_unloaded_a_load_waits_for_it() {
     let a = write(&d, "a", &slow());
     let b = write(&d, "b", &tiny_seed(3));
     let s = server(&[("a", &a), ("b", &b)], config(Some(1), None)).await;
-    let r = s
-        .post_raw(
-            "/v1/completions",
-            json!({"model": "a", "prompt": "a b c", "max_tokens": 1500, "ignore_eos": true,
-                   "stream": true}),
-        )
-        .await;
-    let mut events = r.events();
-    events.next_data().await.unwrap().expect("a first event");
+    let mut events = busy(&s, "a", 1500).await;
     // b needs a's room: its request waits while a streams.
     let endpoint = s.endpoint.clone();
     let waiting = tokio::spawn(async move {
@@ -430,15 +431,7 @@ async fn a_load_nobody_waits_for_any_more_is_abandoned() {
     let a = write(&d, "a", &slow());
     let b = write(&d, "b", &tiny_seed(14));
     let s = server(&[("a", &a), ("b", &b)], config(Some(1), None)).await;
-    let r = s
-        .post_raw(
-            "/v1/completions",
-            json!({"model": "a", "prompt": "a", "max_tokens": 1500, "ignore_eos": true,
-                   "stream": true}),
-        )
-        .await;
-    let mut events = r.events();
-    events.next_data().await.unwrap().unwrap();
+    let events = busy(&s, "a", 1500).await;
     let endpoint = s.endpoint.clone();
     let gone = tokio::spawn(async move {
         let body = json!({"model": "b", "prompt": "x", "max_tokens": 2});
@@ -493,15 +486,7 @@ async fn the_admin_unloads_an_idle_model_at_once_a_busy_one_when_it_ends() {
     assert_eq!((code, v["status"].as_str()), (200, Some("unloaded")));
     assert_eq!(status_of(&s, "a").await, "unloaded");
 
-    let r = s
-        .post_raw(
-            "/v1/completions",
-            json!({"model": "a", "prompt": "a", "max_tokens": 400, "ignore_eos": true,
-                   "stream": true}),
-        )
-        .await;
-    let mut events = r.events();
-    events.next_data().await.unwrap().unwrap();
+    let mut events = busy(&s, "a", 400).await;
     let (_, v) = s.post("/admin/models/unload", json!({"model": "a"})).await;
     assert_eq!(v["status"], "unloading");
     assert_eq!(status_of(&s, "a").await, "loaded");
