@@ -146,11 +146,11 @@ impl Encoder<'_> {
             return;
         }
         let mut x = vec![0.0f32; n * d];
+        let mut tmp = vec![0.0f32; d];
         let mut row = 0;
         for c in chunks {
             for (pos, &t) in c.tokens.iter().enumerate() {
                 let out = &mut x[row * d..(row + 1) * d];
-                let mut tmp = vec![0.0f32; d];
                 self.row_of(&w.token_embd, t as usize, out);
                 self.row_of(&w.position_embd, pos, &mut tmp);
                 for ((o, p), t0) in out.iter_mut().zip(&tmp).zip(&w.token_type0) {

@@ -250,7 +250,8 @@ pub struct AppState {
 
 impl AppState {
     /// A state with no model yet: `/health` answers 503 until [`Self::set_ready`], and so
-    /// does every model route until a model is added to [`Self::models`].
+    /// does every model route until a model is added to [`Self::models`] (the registry
+    /// answers 503 while it holds none).
     pub fn new(config: ServerConfig, models: ModelsConfig) -> AppState {
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::default());
@@ -279,14 +280,6 @@ impl AppState {
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
-    }
-
-    /// 503 while the server has no model at all (it is still starting).
-    pub fn check_started(&self) -> Result<(), ApiError> {
-        if self.models.list().is_empty() {
-            return Err(ApiError::Loading);
-        }
-        Ok(())
     }
 
     /// The shutdown signal came (`server.rs`): no longer ready for new work.

@@ -185,7 +185,7 @@ impl Table {
 
     /// The entry `name` names; no name is the first (the default model). With no model at
     /// all the server is still starting: 503.
-    fn find(&mut self, name: Option<&str>) -> Result<usize, ApiError> {
+    fn find(&self, name: Option<&str>) -> Result<usize, ApiError> {
         match name {
             _ if self.entries.is_empty() => Err(ApiError::Loading),
             None => Ok(0),
@@ -649,7 +649,7 @@ impl Registry {
 
     /// The version of `id` serving now, without loading it (`None`: the default model).
     pub fn get(&self, id: Option<&str>) -> Option<Arc<Generator>> {
-        let mut t = self.table();
+        let t = self.table();
         let at = t.find(id).ok()?;
         t.entries[at].serving.clone()
     }

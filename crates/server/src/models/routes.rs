@@ -49,9 +49,17 @@ fn meta(g: &Generator) -> Value {
     })
 }
 
+/// Every model; 503 while the server is still starting and has none.
+fn listed(state: &AppState) -> Result<Vec<ModelInfo>, ApiError> {
+    let models = state.models.list();
+    if models.is_empty() {
+        return Err(ApiError::Loading);
+    }
+    Ok(models)
+}
+
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state.check_started()?;
-    let data: Vec<Value> = state.models.list().iter().map(model_object).collect();
+    let data: Vec<Value> = listed(&state)?.iter().map(model_object).collect();
     Ok(Json(json!({"object": "list", "data": data})))
 }
 
@@ -59,8 +67,7 @@ pub async fn one(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    state.check_started()?;
-    let models = state.models.list();
+    let models = listed(&state)?;
     match models.iter().find(|m| m.id == id) {
         Some(m) => Ok(Json(model_object(m))),
         None => Err(ApiError::ModelNotFound {
