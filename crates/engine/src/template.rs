@@ -26,16 +26,27 @@
 //! tokenizer adds BOS itself, so the prompt never carries two.
 
 use minijinja::{Environment, ErrorKind, Value};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::tokenizer::Tokenizer;
 
 /// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Tool calling travels in the fields Hugging Face's templates read: an assistant turn's
+/// `tool_calls`, and a `role: "tool"` turn's `tool_call_id` and `name` (the tool whose result
+/// it holds). A template that knows tools renders them itself; for one that does not, the
+/// server writes calls and results into `content` before rendering.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant` (others are passed through to the template).
+    /// `system`, `user`, `assistant`, `tool` (others are passed through to the template).
     pub role: String,
     pub content: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ChatToolCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -43,7 +54,52 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
         }
+    }
+
+    /// A tool's result, answering the call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call_id.into()),
+            ..ChatMessage::new("tool", content)
+        }
+    }
+}
+
+/// A call an assistant turn made. Templates see it as Hugging Face's
+/// `{"id", "type": "function", "function": {"name", "arguments"}}`, the arguments an object
+/// (templates write them with `tojson`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments object (a string when the client's text was not JSON).
+    pub arguments: serde_json::Value,
+}
+
+impl ChatToolCall {
+    /// A call whose arguments arrive as JSON text (OpenAI's wire form).
+    pub fn from_text(id: impl Into<String>, name: impl Into<String>, arguments: &str) -> Self {
+        ChatToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: serde_json::from_str(arguments)
+                .unwrap_or_else(|_| serde_json::Value::String(arguments.to_string())),
+        }
+    }
+}
+
+impl Serialize for ChatToolCall {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_json::json!({
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+        .serialize(s)
     }
 }
 
@@ -358,6 +414,18 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`Self::render`] with the `tools` variable (Hugging Face's list of
+    /// `{"type": "function", "function": {...}}`) for a template that describes tools itself.
+    /// The builtin formats have no tool syntax and ignore it.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let text = match &self.kind {
             Kind::Builtin(format) => format.render(messages, add_generation_prompt),
             Kind::Jinja(env) => {
@@ -368,6 +436,8 @@ impl ChatTemplate {
                     })?;
                 let ctx = minijinja::context! {
                     messages => messages,
+                    // Undefined without tools, as before tools existed.
+                    tools => tools.map_or(Value::UNDEFINED, Value::from_serialize),
                     add_generation_prompt => add_generation_prompt,
                     bos_token => &self.bos_token,
                     eos_token => &self.eos_token,

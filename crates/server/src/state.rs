@@ -18,6 +18,7 @@ use ferrox_sched::{Pooling, Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::core::error::ApiError;
 use crate::core::grammar::Grammars;
 use crate::core::reasoning::{self, Thinking};
+use crate::core::tool_syntax::ToolFormat;
 use crate::http::auth::ApiKeys;
 use crate::http::metrics::Metrics;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
@@ -148,6 +149,8 @@ pub struct Generator {
     /// How a thinking model's answers begin, if its template says it thinks and the split is
     /// on (`core/reasoning.rs`).
     pub thinking: Option<Thinking>,
+    /// How the model's family writes tool calls, read off its template.
+    pub tool_format: ToolFormat,
     /// How `/v1/embeddings` pools a prompt's hidden states; `None`: it cannot (a reranker
     /// whose GGUF says `rank`, with no `--pooling`).
     pub pooling: Option<Pooling>,
@@ -196,8 +199,14 @@ impl Generator {
             .reasoning
             .then(|| thinking_of(&model, &template))
             .flatten();
+        let source = model
+            .file()
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.as_str());
+        let tool_format = ToolFormat::detect(source, tokenizer);
         Ok(Generator {
             thinking,
+            tool_format,
             grammars: Grammars::new(Arc::clone(&model)),
             model,
             template,

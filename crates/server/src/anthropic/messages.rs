@@ -16,8 +16,8 @@
 //! `content_block_start` → `content_block_delta`s (`text_delta`, or `input_json_delta` for
 //! a `tool_use` block) → `content_block_stop`, blocks strictly one after another →
 //! `message_delta` (the stop reason — `tool_use` after a call — and the final usage,
-//! cumulative) → `message_stop`. With tools, a `tool_use` reply holds the call with its
-//! `input` parsed from the constrained arguments. Idle time is filled with `ping` events; a failure after the headers is
+//! cumulative) → `message_stop`. With tools, a `tool_use` reply holds a block per call with
+//! its `input` parsed from the constrained arguments. Idle time is filled with `ping` events; a failure after the headers is
 //! `event: error`.
 
 use axum::response::{IntoResponse, Response};
@@ -40,7 +40,8 @@ use crate::models::Pinned;
 pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_messages(body)?;
     let options = request.options;
-    let tools = request.tools;
+    let tools = options.tools.clone();
+    let format = generator.tool_format;
     let thinking = generator.thinking_for(tools.is_some(), options.grammar.is_some());
     let generation = generate(generator, Input::Chat(request.messages), &options).await?;
     let message = Message {
@@ -49,7 +50,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     };
     if options.stream {
         let ping = Frame::named("ping", &json!({"type": "ping"}));
-        let answer = AnswerStream::for_request(tools.as_ref(), thinking);
+        let answer = AnswerStream::for_request(tools.as_ref(), format, thinking);
         let encoder = Events {
             message,
             answer,
@@ -62,10 +63,9 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     let outputs = generation.collect().await?;
     let usage = generation.usage();
     let out = &outputs[0];
-    let call = match (&tools, &out.finish) {
-        (Some(t), Finish::EndOfTurn) => t.parse(&out.completion.text),
-        _ => None,
-    };
+    let calls = tools
+        .as_ref()
+        .and_then(|t| format.parse(&t.choice, &out.completion.text));
     let mut body = match thinking {
         Some(t) => {
             let (reasoning, answer) = reasoning::split(&out.completion.text, t);
@@ -82,19 +82,27 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
         None => message.object(&out.completion.text, usage),
     };
     set_stop(&mut body, &out.finish);
-    if let Some(call) = call {
-        let input: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
-        body["content"] = json!([{"type": "tool_use", "id": random_id("toolu_"),
-                                  "name": call.name, "input": input}]);
-        body["stop_reason"] = json!("tool_use");
+    if let Some(calls) = calls {
+        let blocks: Vec<Value> = calls
+            .iter()
+            .map(|call| {
+                let input: Value =
+                    serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+                json!({"type": "tool_use", "id": random_id("toolu_"), "name": call.name,
+                       "input": input})
+            })
+            .collect();
+        if !blocks.is_empty() && out.finish == Finish::EndOfTurn {
+            body["stop_reason"] = json!("tool_use");
+        }
+        body["content"] = json!(blocks);
     }
     Ok(Json(body).into_response())
 }
 
 pub async fn count_tokens(Pinned { generator, body }: Pinned) -> Result<Json<Value>, ApiError> {
-    // The model is the one `Pinned` resolved from this same field.
-    let (_model, messages) = parse_count_tokens(body)?;
-    let ids = prompt_ids(&generator, Input::Chat(messages)).await?;
+    let count = parse_count_tokens(body)?;
+    let ids = prompt_ids(&generator, Input::Chat(count.messages), count.tools).await?;
     Ok(Json(json!({ "input_tokens": ids.len() })))
 }
 

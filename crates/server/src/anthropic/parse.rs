@@ -20,14 +20,12 @@
 //!   continuing an assistant turn needs the template to leave it open, which it does not.
 
 use ferrox_engine::sampler::SamplingParams;
-use ferrox_engine::template::ChatMessage;
+use ferrox_engine::template::{ChatMessage, ChatToolCall};
 use serde_json::Value;
-
-use std::collections::HashMap;
 
 use crate::core::error::ApiError;
 use crate::core::request::GenerationOptions;
-use crate::core::tools::{render_call, render_result, Tool, ToolCall, ToolChoice, Tools};
+use crate::core::tools::{Parallel, Tool, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
 /// Parameters of the Messages API this server does not implement yet.
@@ -50,9 +48,9 @@ const NO_EFFECT: &[&str] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub struct MessagesRequest {
     pub messages: Vec<ChatMessage>,
+    /// With the tools offered (`options.tools`), unless there are none or `tool_choice` is
+    /// `none`.
     pub options: GenerationOptions,
-    /// The tools offered, unless there are none or `tool_choice` is `none`.
-    pub tools: Option<Tools>,
 }
 
 /// A `/v1/messages` body.
@@ -77,54 +75,49 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
         sampling,
         stop: f.stop("stop_sequences")?,
         stream: f.take("stream")?.unwrap_or(false),
-        grammar: tools.as_ref().and_then(Tools::grammar),
+        tools,
         ..GenerationOptions::default()
     };
     metadata(&mut f)?;
     f.finish()?;
-    Ok(MessagesRequest {
-        messages,
-        options,
-        tools,
-    })
+    Ok(MessagesRequest { messages, options })
 }
 
-/// A `/v1/messages/count_tokens` body: the prompt part of a Messages body.
-pub fn parse_count_tokens(body: Value) -> Result<(Option<String>, Vec<ChatMessage>), ApiError> {
+/// A `/v1/messages/count_tokens` request: the prompt part of a Messages body.
+pub struct CountRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Tools>,
+}
+
+/// A `/v1/messages/count_tokens` body (its `model` is the one `Pinned` resolved).
+pub fn parse_count_tokens(body: Value) -> Result<CountRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
-    let (messages, _) = prompt(&mut f)?;
-    let model = f.take("model")?;
+    let (messages, tools) = prompt(&mut f)?;
+    f.take::<String>("model")?;
     f.finish()?;
-    Ok((model, messages))
+    Ok(CountRequest { messages, tools })
 }
 
 /// What a Messages body and a count_tokens body share: the refused and the no-effect
-/// parameters, the tools, and the conversation with the tools described in its system turn.
+/// parameters, the tools, and the conversation.
 fn prompt(f: &mut Fields) -> Result<(Vec<ChatMessage>, Option<Tools>), ApiError> {
     f.refuse_unsupported(UNSUPPORTED)?;
     for name in NO_EFFECT {
         f.accept(name);
     }
     let tools = parse_tools(f)?;
-    let mut messages = conversation(f, tools.as_ref())?;
-    if let Some(t) = &tools {
-        t.describe_in(&mut messages);
-    }
-    Ok((messages, tools))
+    Ok((conversation(f)?, tools))
 }
 
-/// `system` and `messages`, as chat messages with alternating turns.
-fn conversation(f: &mut Fields, tools: Option<&Tools>) -> Result<Vec<ChatMessage>, ApiError> {
+/// `system` and `messages`, as chat messages with alternating turns: an assistant turn's
+/// `tool_use` blocks become its calls, a user turn's `tool_result` blocks `tool` messages
+/// before its text.
+fn conversation(f: &mut Fields) -> Result<Vec<ChatMessage>, ApiError> {
     let mut out: Vec<ChatMessage> = Vec::new();
-    let mut calls = Calls {
-        auto: tools.is_some_and(|t| t.choice == ToolChoice::Auto),
-        names: HashMap::new(),
-    };
     if let Some(system) = f.take_raw("system") {
-        out.push(ChatMessage::new(
-            "system",
-            content(system, "system", &mut calls)?,
-        ));
+        let blocks = content(system, "system")?;
+        blocks.only_text("system")?;
+        out.push(ChatMessage::new("system", blocks.text()));
     }
     let items = match f.take_raw("messages") {
         None => {
@@ -157,21 +150,50 @@ fn conversation(f: &mut Fields, tools: Option<&Tools>) -> Result<Vec<ChatMessage
             ));
         }
         let content_path = m.path("content");
-        let text = match m.take_raw("content") {
+        let blocks = match m.take_raw("content") {
             None => {
                 return Err(ApiError::MissingParameter {
                     param: content_path,
                 })
             }
-            Some(v) => content(v, &content_path, &mut calls)?,
+            Some(v) => content(v, &content_path)?,
         };
         m.finish()?;
+        if role == "user" && !blocks.calls.is_empty() {
+            return Err(ApiError::invalid(
+                content_path,
+                "tool_use blocks belong in assistant turns",
+            ));
+        }
+        if role == "assistant" && !blocks.results.is_empty() {
+            return Err(ApiError::invalid(
+                content_path,
+                "tool_result blocks belong in user turns",
+            ));
+        }
+        let text = blocks.text();
+        out.extend(blocks.results);
+        if text.is_empty()
+            && blocks.calls.is_empty()
+            && out.last().is_some_and(|m| m.role == "tool")
+        {
+            continue;
+        }
         match out.last_mut() {
             Some(last) if last.role == role => {
-                last.content.push_str("\n\n");
-                last.content.push_str(&text);
+                if !text.is_empty() {
+                    if !last.content.is_empty() {
+                        last.content.push_str("\n\n");
+                    }
+                    last.content.push_str(&text);
+                }
+                last.tool_calls.extend(blocks.calls);
             }
-            _ => out.push(ChatMessage::new(role, text)),
+            _ => {
+                let mut message = ChatMessage::new(role, text);
+                message.tool_calls = blocks.calls;
+                out.push(message);
+            }
         }
     }
     if out.last().is_some_and(|m| m.role == "assistant") {
@@ -184,48 +206,64 @@ fn conversation(f: &mut Fields, tools: Option<&Tools>) -> Result<Vec<ChatMessage
     Ok(out)
 }
 
-/// The tool calls seen so far in a conversation, so that a result can name its tool.
-struct Calls {
-    /// Past calls are written with the `auto` marker, as this request's model writes them.
-    auto: bool,
-    names: HashMap<String, String>,
+/// What a turn's content blocks hold.
+#[derive(Default)]
+struct Blocks {
+    texts: Vec<String>,
+    /// `tool_use` blocks (a past call).
+    calls: Vec<ChatToolCall>,
+    /// `tool_result` blocks, as `tool` messages.
+    results: Vec<ChatMessage>,
 }
 
-/// A string, or an array of blocks (joined with newlines): `text`, `tool_use` (a past call,
-/// written as the model writes one), `tool_result` (written as a turn naming the tool), and
-/// `thinking` / `redacted_thinking` (past reasoning, which clients send back and thinking
-/// templates leave out of the prompt: dropped).
-fn content(value: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError> {
-    match value {
-        Value::String(s) => Ok(s),
-        Value::Array(blocks) => {
-            let texts = blocks
-                .into_iter()
-                .enumerate()
-                .map(|(j, b)| block(b, &format!("{path}[{j}]"), calls))
-                .collect::<Result<Vec<_>, _>>()?;
-            let texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
-            Ok(texts.join("\n"))
+impl Blocks {
+    fn text(&self) -> String {
+        self.texts.join("\n")
+    }
+
+    fn only_text(&self, path: &str) -> Result<(), ApiError> {
+        match self.calls.is_empty() && self.results.is_empty() {
+            true => Ok(()),
+            false => Err(ApiError::invalid(path, "only text blocks belong here")),
         }
-        other => Err(ApiError::invalid(
-            path,
-            format!(
-                "expected a string or an array of content blocks, got {}",
-                kind(&other)
-            ),
-        )),
     }
 }
 
-fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError> {
+/// A string, or an array of blocks: `text`, `tool_use`, `tool_result`, and `thinking` /
+/// `redacted_thinking` (past reasoning, which clients send back and thinking templates leave
+/// out of the prompt: dropped).
+fn content(value: Value, path: &str) -> Result<Blocks, ApiError> {
+    let mut out = Blocks::default();
+    match value {
+        Value::String(s) => out.texts.push(s),
+        Value::Array(blocks) => {
+            for (j, b) in blocks.into_iter().enumerate() {
+                block(b, &format!("{path}[{j}]"), &mut out)?;
+            }
+        }
+        other => {
+            return Err(ApiError::invalid(
+                path,
+                format!(
+                    "expected a string or an array of content blocks, got {}",
+                    kind(&other)
+                ),
+            ))
+        }
+    }
+    out.texts.retain(|t| !t.is_empty());
+    Ok(out)
+}
+
+fn block(block: Value, path: &str, out: &mut Blocks) -> Result<(), ApiError> {
     let mut b = Fields::nested(block, path)?;
     let ty: String = b.require("type")?;
     // The prefix cache is automatic: a breakpoint changes nothing.
     b.accept("cache_control");
-    let text = match ty.as_str() {
+    match ty.as_str() {
         "text" => {
             b.refuse_unsupported(&["citations"])?;
-            b.require("text")?
+            out.texts.push(b.require("text")?);
         }
         "tool_use" => {
             let id: String = b.require("id")?;
@@ -235,18 +273,16 @@ fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError
             // calling, tool search): no effect here.
             b.accept("caller");
             b.accept("toolset_name");
-            calls.names.insert(id, name.clone());
-            let call = ToolCall {
+            out.calls.push(ChatToolCall {
+                id,
                 name,
-                arguments: input.to_string(),
-            };
-            render_call(&call, calls.auto)
+                arguments: input,
+            });
         }
         "thinking" | "redacted_thinking" => {
             b.accept("thinking");
             b.accept("signature");
             b.accept("data");
-            String::new()
         }
         "tool_result" => {
             let id: String = b.require("tool_use_id")?;
@@ -254,14 +290,18 @@ fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError
             let cpath = b.path("content");
             let body = match b.take_raw("content") {
                 None => String::new(),
-                Some(v) => content(v, &cpath, calls)?,
+                Some(v) => {
+                    let inner = content(v, &cpath)?;
+                    inner.only_text(&cpath)?;
+                    inner.text()
+                }
             };
             let body = if is_error {
                 format!("error: {body}")
             } else {
                 body
             };
-            render_result(calls.names.get(&id).map(String::as_str), &body)
+            out.results.push(ChatMessage::tool_result(id, body));
         }
         other => {
             return Err(ApiError::invalid(
@@ -272,14 +312,13 @@ fn block(block: Value, path: &str, calls: &mut Calls) -> Result<String, ApiError
                 ),
             ))
         }
-    };
-    b.finish()?;
-    Ok(text)
+    }
+    b.finish()
 }
 
 /// `tools` (custom tools: `name`, `description`, `input_schema`) and `tool_choice`
-/// (`auto`, `any`, `tool` with a `name`, `none`; `disable_parallel_tool_use` accepted: an
-/// answer makes one call at most). Anthropic's server tools (`bash_…`, `web_search_…`) are
+/// (`auto`, `any`, `tool` with a `name`, `none`; several calls in one answer unless
+/// `disable_parallel_tool_use`, for a family with a call syntax of its own: [`Parallel`]). Anthropic's server tools (`bash_…`, `web_search_…`) are
 /// refused by name.
 fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
     let mut tools = Vec::new();
@@ -312,12 +351,16 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             });
         }
     }
+    // Several calls in one answer unless the client disables them, as Anthropic's API says.
+    let mut parallel = Parallel::ByDefault;
     let choice = match f.take_raw("tool_choice") {
         None if tools.is_empty() => ToolChoice::None,
         None => ToolChoice::Auto,
         Some(v) => {
             let mut c = Fields::nested(v, "tool_choice")?;
-            c.take::<bool>("disable_parallel_tool_use")?;
+            if c.take::<bool>("disable_parallel_tool_use")? == Some(true) {
+                parallel = Parallel::Off;
+            }
             let choice = match c.require::<String>("type")?.as_str() {
                 "auto" => ToolChoice::Auto,
                 "any" => ToolChoice::Required,
@@ -334,7 +377,7 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             choice
         }
     };
-    Tools::checked(tools, choice, "tool_choice")
+    Tools::checked(tools, choice, parallel, "tool_choice")
 }
 
 /// `metadata`: an object whose `user_id` labels the request in logs.

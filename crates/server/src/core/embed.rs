@@ -46,7 +46,7 @@ pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedd
     let tokenizer = g.model.tokenizer();
     for input in inputs {
         let text = matches!(input, Prompt::Text(_));
-        let mut ids = prompt_ids(g, Input::Completion(input)).await?;
+        let mut ids = prompt_ids(g, Input::Completion(input), None).await?;
         // With special tokens, as llama-server embeds: an encoder's text ends with [SEP].
         if let (true, true, Some(eos)) = (text, tokenizer.add_eos_default(), tokenizer.eos()) {
             if ids.last() != Some(&eos) {

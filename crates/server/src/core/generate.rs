@@ -5,9 +5,11 @@
 //!
 //! The path, in order:
 //! 1. the model named must be the one served (404 otherwise);
-//! 2. a constraint (`options.grammar`) is compiled, failing closed (a 400 naming the
-//!    parameter) before anything is queued;
-//! 3. the prompt becomes token ids — a chat through the model's template, tokenized with
+//! 2. a constraint (`options.grammar`, or the call grammar of `options.tools` in the
+//!    model's tool format) is compiled, failing closed (a 400 naming the parameter) before
+//!    anything is queued;
+//! 3. the prompt becomes token ids — a chat prepared for the model's tool format
+//!    (`core/tools.rs`) and rendered through the model's template, tokenized with
 //!    special tokens parsed and BOS as the model's metadata says (never twice, even when the
 //!    template writes BOS itself); raw text tokenized the same way; token ids taken as given
 //!    (llama.cpp's mixed prompts: each text piece tokenized without BOS, ids as given). Rendering and tokenizing run on the blocking pool: a long prompt
@@ -26,7 +28,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferrox_engine::template::TemplateError;
+use ferrox_engine::template::{ChatMessage, TemplateError};
 use ferrox_sched::{
     Completion, Constraint, Event, FinishReason, GenerationRequest, StopConfig, StopMatch,
     TokenEvent,
@@ -35,6 +37,7 @@ use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
 use crate::core::error::ApiError;
 use crate::core::request::{GenerationOptions, Input, Prompt, PromptPiece};
+use crate::core::tools::{prepare, Tools};
 use crate::state::Generator;
 
 /// An event of one choice.
@@ -95,7 +98,11 @@ pub async fn generate(
         ));
     }
     let chat = matches!(input, Input::Chat(_));
-    let constraint = match &options.grammar {
+    let tool_grammar = options
+        .tools
+        .as_ref()
+        .and_then(|t| generator.tool_format.grammar(t));
+    let constraint = match options.grammar.as_ref().or(tool_grammar.as_ref()) {
         None => None,
         Some(request) => {
             let (g, request) = (Arc::clone(&generator), request.clone());
@@ -105,14 +112,19 @@ pub async fn generate(
             })??)
         }
     };
-    let prompt_ids = prompt_ids(&generator, input).await?;
+    let prompt_ids = prompt_ids(&generator, input, options.tools.clone()).await?;
     generator.submit(prompt_ids, options, chat, constraint)
 }
 
-/// The prompt's token ids, rendered and tokenized on the blocking pool.
-pub async fn prompt_ids(generator: &Arc<Generator>, input: Input) -> Result<Vec<u32>, ApiError> {
+/// The prompt's token ids (a chat with the tools it offers), rendered and tokenized on the
+/// blocking pool.
+pub async fn prompt_ids(
+    generator: &Arc<Generator>,
+    input: Input,
+    tools: Option<Tools>,
+) -> Result<Vec<u32>, ApiError> {
     let g = Arc::clone(generator);
-    tokio::task::spawn_blocking(move || g.prompt_ids(&input))
+    tokio::task::spawn_blocking(move || g.prompt_ids(input, tools.as_ref()))
         .await
         .map_err(|e| ApiError::Internal {
             message: format!("prompt preparation failed: {e}"),
@@ -121,28 +133,22 @@ pub async fn prompt_ids(generator: &Arc<Generator>, input: Input) -> Result<Vec<
 
 impl Generator {
     /// The prompt's token ids (blocking: renders and tokenizes).
-    fn prompt_ids(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
+    fn prompt_ids(&self, input: Input, tools: Option<&Tools>) -> Result<Vec<u32>, ApiError> {
         let tokenizer = self.model.tokenizer();
         let text = match input {
-            Input::Completion(Prompt::Tokens(ids)) => return Ok(ids.clone()),
+            Input::Completion(Prompt::Tokens(ids)) => return Ok(ids),
             Input::Completion(Prompt::Mixed(pieces)) => {
                 let mut ids = Vec::new();
                 for piece in pieces {
                     match piece {
-                        PromptPiece::Token(id) => ids.push(*id),
-                        PromptPiece::Text(text) => ids.extend(tokenizer.encode(text, false, true)),
+                        PromptPiece::Token(id) => ids.push(id),
+                        PromptPiece::Text(text) => ids.extend(tokenizer.encode(&text, false, true)),
                     }
                 }
                 return Ok(ids);
             }
-            Input::Completion(Prompt::Text(text)) => text.clone(),
-            Input::Chat(messages) => self.template.render(messages, true).map_err(|e| match e {
-                TemplateError::Raised { message } => ApiError::invalid("messages", message),
-                TemplateError::Render { detail } => ApiError::invalid("messages", detail),
-                other => ApiError::Internal {
-                    message: other.to_string(),
-                },
-            })?,
+            Input::Completion(Prompt::Text(text)) => text,
+            Input::Chat(messages) => self.render_chat(messages, tools)?,
         };
         let add_bos = tokenizer.add_bos_default();
         let mut ids = tokenizer.encode(&text, add_bos, true);
@@ -153,6 +159,27 @@ impl Generator {
             }
         }
         Ok(ids)
+    }
+
+    /// A chat's prompt text: the conversation prepared for the model's tool format
+    /// (`core/tools.rs`), through its template (with `tools` when the template knows them).
+    fn render_chat(
+        &self,
+        messages: Vec<ChatMessage>,
+        tools: Option<&Tools>,
+    ) -> Result<String, ApiError> {
+        let format = self.tool_format;
+        let messages = prepare(messages, tools, format);
+        let tools_json = tools.filter(|_| format.native()).map(Tools::template_json);
+        self.template
+            .render_with_tools(&messages, tools_json.as_ref(), true)
+            .map_err(|e| match e {
+                TemplateError::Raised { message } => ApiError::invalid("messages", message),
+                TemplateError::Render { detail } => ApiError::invalid("messages", detail),
+                other => ApiError::Internal {
+                    message: other.to_string(),
+                },
+            })
     }
 
     /// One request per choice, submitted; the merged stream of their events.

@@ -115,7 +115,7 @@ impl Grammars {
 /// whitespace (a schema's own `x-guidance` options win). Free whitespace would let a small
 /// model pad its output with newlines until the budget runs out, a known failure of
 /// whitespace-flexible JSON grammars.
-fn with_layout(mut schema: Value) -> Value {
+pub(crate) fn with_layout(mut schema: Value) -> Value {
     if let Some(obj) = schema.as_object_mut() {
         obj.entry("x-guidance").or_insert_with(|| {
             serde_json::json!({

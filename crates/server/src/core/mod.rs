@@ -7,7 +7,9 @@
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
 //!   constraint (llguidance), failing closed; [`gbnf`] translates llama.cpp's grammars for it;
-//! - [`tools`]: tool calling — describing tools, the grammar of a call, reading calls back;
+//! - [`tools`]: tool calling — the tools offered, the conversation as the template takes it,
+//!   an answer split into text and calls; [`tool_syntax`]: each model family's call syntax,
+//!   its grammar, and reading calls back;
 //! - [`reasoning`]: a thinking model's `<think>` block split from its answer;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids for replies and stored objects;
@@ -23,4 +25,5 @@ pub mod ids;
 pub mod reasoning;
 pub mod request;
 pub mod stream;
+pub mod tool_syntax;
 pub mod tools;

@@ -9,6 +9,7 @@ use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::ChatMessage;
 
 use crate::core::grammar::GrammarRequest;
+use crate::core::tools::Tools;
 
 /// The prompt of a request, as the protocol gave it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +64,10 @@ pub struct GenerationOptions {
     pub reuse_cached_prompt: bool,
     /// What the output must obey (a JSON schema, a grammar), compiled before submission.
     pub grammar: Option<GrammarRequest>,
+    /// The tools a chat offers (unless there are none or the choice is `none`): the core
+    /// describes them as the model's family needs and constrains the answer to calls in its
+    /// syntax.
+    pub tools: Option<Tools>,
 }
 
 impl Default for GenerationOptions {
@@ -81,6 +86,7 @@ impl Default for GenerationOptions {
             cache_salt: None,
             reuse_cached_prompt: true,
             grammar: None,
+            tools: None,
         }
     }
 }

@@ -1,30 +1,30 @@
-//! Tool calling, protocol-free: the tools a request offers, how the model is told about them,
-//! the grammar that makes its calls well-formed, and reading the calls back out of its text.
+//! Tool calling, protocol-free: the tools a request offers, the conversation as the model's
+//! template takes it, and an answer split into text and calls as it streams. The syntax of
+//! calls is the model family's (`core/tool_syntax.rs`).
 //!
-//! The layout, for chat templates without tool support of their own (Gemma 3, the default
-//! model): the tool descriptions go into the system text, and a call is one JSON object
-//! `{"name": <a tool's name>, "arguments": <its parameters>}`. The grammar enforces it:
-//! - `required` or a named tool: the whole output is such an object (an `anyOf` over the
-//!   tools, each with its own parameter schema), so even a 270M model emits a call whose
-//!   arguments validate;
-//! - `auto`: either free text that does not begin with `<`, or the marker `<tool_call>`
-//!   followed by such an object, after which the output ends. The model chooses.
-//! - `none`: no grammar, and the tools are not described.
+//! The choice: `required` or a named tool makes the whole answer calls (the grammar holds
+//! an `anyOf` over the tools, each with its own parameter schema, so even a 270M model emits
+//! arguments that validate); `auto` lets the model answer with text or with calls; `none`
+//! offers nothing (no grammar, and the tools are not described).
 //!
-//! One call per answer: `parallel_tool_calls` is accepted, and a model that wants another
-//! call makes it in its next turn. A call in the history (an assistant turn) is rendered as
-//! the same JSON object, and a tool's result as a user turn naming the tool, so the model
+//! Several calls in one answer only when the request allows them ([`Parallel`]: OpenAI's
+//! `parallel_tool_calls`, false by default as in llama-server; Anthropic's
+//! `disable_parallel_tool_use`, allowed by default as its API says, for families with a
+//! call syntax of their own) and the family has a syntax for them (Llama 3 has none).
+//!
+//! For a template that knows no tools ([`ToolFormat::Generic`]) the server does what the
+//! template cannot: the tool descriptions go into the system text, a past call is written as
+//! the model writes one, and a tool's result becomes a user turn naming the tool, so the model
 //! reads its past calls in the form it writes them.
+
+use std::collections::HashMap;
 
 use ferrox_engine::template::ChatMessage;
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
-use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::reasoning::{Part, Splitter, Thinking};
-
-/// The marker an `auto` answer starts a call with.
-pub const CALL_MARKER: &str = "<tool_call>";
+use crate::core::tool_syntax::{CallPiece, CallStream, ToolFormat, CALL_CLOSE, CALL_OPEN};
 
 /// A function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +56,22 @@ pub struct ToolCall {
 pub struct Tools {
     pub tools: Vec<Tool>,
     pub choice: ToolChoice,
+    /// Whether an answer may make several calls.
+    pub parallel: Parallel,
+}
+
+/// Whether an answer may make several calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parallel {
+    /// One call.
+    Off,
+    /// The client asked for several (OpenAI's `parallel_tool_calls: true`).
+    Asked,
+    /// The protocol allows several unless told not to (Anthropic): honoured for a family
+    /// whose template has its own syntax for calls. A model that only learns the generic
+    /// syntax from the system text (the 270M default model) tends to call again after
+    /// every call until the budget runs out, so it makes one unless asked.
+    ByDefault,
 }
 
 impl Tools {
@@ -65,6 +81,7 @@ impl Tools {
     pub fn checked(
         tools: Vec<Tool>,
         choice: ToolChoice,
+        parallel: Parallel,
         param: &str,
     ) -> Result<Option<Tools>, ApiError> {
         if let ToolChoice::Named(n) = &choice {
@@ -82,7 +99,11 @@ impl Tools {
             ToolChoice::Required if tools.is_empty() => {
                 Err(ApiError::invalid(param, "\"required\" needs tools"))
             }
-            choice => Ok(Some(Tools { tools, choice })),
+            choice => Ok(Some(Tools {
+                tools,
+                choice,
+                parallel,
+            })),
         }
     }
 
@@ -98,7 +119,7 @@ impl Tools {
     }
 
     /// The tools the choice leaves callable.
-    fn callable(&self) -> Vec<&Tool> {
+    pub(crate) fn callable(&self) -> Vec<&Tool> {
         match &self.choice {
             ToolChoice::None => Vec::new(),
             ToolChoice::Named(n) => self.tools.iter().filter(|t| &t.name == n).collect(),
@@ -108,20 +129,20 @@ impl Tools {
 
     /// The text that tells the model about its tools, for the system turn; `None` with
     /// `tool_choice: none`.
-    pub fn system_text(&self) -> Option<String> {
+    fn system_text(&self) -> Option<String> {
         let tools = self.callable();
         if tools.is_empty() {
             return None;
         }
+        let call = format!(
+            "{CALL_OPEN}\n{{\"name\": <tool name>, \"arguments\": <arguments object>}}\n\
+             {CALL_CLOSE}"
+        );
         let how = match self.choice {
-            ToolChoice::Auto => format!(
-                "To call a tool, answer with {CALL_MARKER} followed by only a JSON object \
-                 {{\"name\": <tool name>, \"arguments\": <arguments object>}}; otherwise answer \
-                 normally."
-            ),
-            _ => "Answer with only a JSON object {\"name\": <tool name>, \"arguments\": \
-                  <arguments object>} that calls one of them."
-                .to_string(),
+            ToolChoice::Auto => {
+                format!("To call a tool, answer with only {call}; otherwise answer normally.")
+            }
+            _ => format!("Answer with only {call}, calling one of them."),
         };
         let mut text = format!("You can call these tools. {how}\nTools:");
         for t in tools {
@@ -134,143 +155,139 @@ impl Tools {
         Some(text)
     }
 
-    /// The grammar the answer must follow, if any.
-    pub fn grammar(&self) -> Option<GrammarRequest> {
-        let tools = self.callable();
-        if tools.is_empty() {
-            return None;
+    /// The JSON list of the tools as Hugging Face's templates take it (`tools`).
+    pub fn template_json(&self) -> Value {
+        Value::Array(
+            self.tools
+                .iter()
+                .map(|t| {
+                    let mut f = json!({"name": t.name});
+                    if let Some(d) = &t.description {
+                        f["description"] = json!(d);
+                    }
+                    f["parameters"] = t.parameters.clone();
+                    json!({"type": "function", "function": f})
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The conversation as the model's template takes it. Every tool result gets the name of the
+/// tool whose call it answers. A template that knows tools then takes the messages as they
+/// are (Mistral's also gets the 9-character call ids its template insists on, derived from
+/// the client's ids, so a resent history renders the same); for one that does not, calls and
+/// results are written into the text and the tools described in the system turn.
+pub fn prepare(
+    mut messages: Vec<ChatMessage>,
+    tools: Option<&Tools>,
+    format: ToolFormat,
+) -> Vec<ChatMessage> {
+    let mut names: HashMap<String, String> = HashMap::new();
+    for m in &mut messages {
+        for c in &m.tool_calls {
+            names.insert(c.id.clone(), c.name.clone());
         }
-        let calls: Vec<Value> = tools.iter().map(|t| call_schema(t)).collect();
-        let call = if calls.len() == 1 {
-            calls.into_iter().next().unwrap_or_default()
+        if m.role == "tool" && m.name.is_none() {
+            m.name = m
+                .tool_call_id
+                .as_ref()
+                .and_then(|id| names.get(id))
+                .cloned();
+        }
+    }
+    match format {
+        ToolFormat::Mistral { .. } => {
+            for m in &mut messages {
+                for c in &mut m.tool_calls {
+                    c.id = short_id(&c.id);
+                }
+                if let Some(id) = &mut m.tool_call_id {
+                    *id = short_id(id);
+                }
+            }
+            messages
+        }
+        ToolFormat::Hermes | ToolFormat::Llama3 => messages,
+        ToolFormat::Generic => {
+            let mut out = written_out(messages, format);
+            if let Some(t) = tools {
+                t.describe_in(&mut out);
+            }
+            out
+        }
+    }
+}
+
+/// Calls and results written into the text: an assistant turn's calls after its text, a
+/// result as a user turn naming the tool (joined to a user turn beside it).
+fn written_out(messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::new();
+    let mut last_was_result = false;
+    for m in messages {
+        let result = m.role == "tool";
+        let m = if result {
+            ChatMessage::new("user", render_result(m.name.as_deref(), &m.content))
+        } else if !m.tool_calls.is_empty() {
+            let calls: Vec<ToolCall> = m
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    name: c.name.clone(),
+                    arguments: c.arguments.to_string(),
+                })
+                .collect();
+            let mut content = m.content.clone();
+            if !content.is_empty() {
+                content.push('\n');
+            }
+            content.push_str(&format.write_calls(&calls));
+            ChatMessage::new(m.role, content)
         } else {
-            json!({"anyOf": calls})
+            m
         };
-        let spec = match self.choice {
-            ToolChoice::Auto => GrammarSpec::Lark(format!(
-                "start: text | call\ntext: /[^<][\\s\\S]*/\ncall: \"{CALL_MARKER}\" json_call\n\
-                 json_call: %json {call}\n"
-            )),
-            _ => GrammarSpec::JsonSchema(call),
-        };
-        Some(GrammarRequest {
-            spec,
-            param: "tools".into(),
-        })
+        match out.last_mut() {
+            Some(prev)
+                if prev.role == "user" && m.role == "user" && (result || last_was_result) =>
+            {
+                prev.content.push('\n');
+                prev.content.push_str(&m.content);
+            }
+            _ => out.push(m),
+        }
+        last_was_result = result;
     }
-
-    /// The call in an answer, if it made one: the whole answer (`required`, named) or what
-    /// follows the marker (`auto`).
-    pub fn parse(&self, text: &str) -> Option<ToolCall> {
-        let body = match self.choice {
-            ToolChoice::None => return None,
-            ToolChoice::Auto => text.trim_start().strip_prefix(CALL_MARKER)?,
-            _ => text,
-        };
-        let body = body.trim();
-        let v: Value = serde_json::from_str(body).ok()?;
-        let name = v.get("name")?.as_str()?.to_string();
-        v.get("arguments")?;
-        // The arguments as written (what a stream sends), not re-serialized.
-        let at = body.find(ARGS_KEY)? + ARGS_KEY.len();
-        let arguments = body[at..].strip_suffix('}')?.trim_end().to_string();
-        Some(ToolCall { name, arguments })
-    }
+    out
 }
 
-/// One tool's call object: its name as a constant and its parameters as the arguments.
-fn call_schema(t: &Tool) -> Value {
-    json!({
-        "type": "object",
-        "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-        "required": ["name", "arguments"],
-        "additionalProperties": false,
-    })
-}
-
-/// How a past call is written in the history: as the model writes one.
-pub fn render_call(call: &ToolCall, choice_auto: bool) -> String {
-    let args: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-    let obj = json!({"name": call.name, "arguments": args});
-    let text = serde_json::to_string(&obj).unwrap_or_default();
-    if choice_auto {
-        format!("{CALL_MARKER}{text}")
-    } else {
-        text
-    }
-}
-
-/// How a tool's result is written in the history: a user turn naming the tool.
-pub fn render_result(name: Option<&str>, content: &str) -> String {
+/// How a tool's result is written for a template that knows no tools: a user turn naming
+/// the tool.
+fn render_result(name: Option<&str>, content: &str) -> String {
     match name {
         Some(n) => format!("Result of the tool {n}: {content}"),
         None => format!("Tool result: {content}"),
     }
 }
 
-/// What a stream of an answer sends as it grows: the call's name once it is known, then
-/// pieces of its arguments — exactly the argument text, never the wrapper around it.
-#[derive(Debug, Default)]
-pub struct CallStream {
-    text: String,
-    /// Bytes of `text` already sent as arguments; `None` before the name was announced.
-    sent: Option<usize>,
-}
-
-/// One piece of a streamed call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CallPiece {
-    /// The call begins: its name.
-    Start(String),
-    /// More argument text.
-    Arguments(String),
-}
-
-const ARGS_KEY: &str = "\"arguments\": ";
-
-impl CallStream {
-    /// Adds `text` of the answer (for `auto`, what follows the marker); returns what can be
-    /// sent. The last character is held back: it may be the wrapper's closing brace.
-    pub fn push(&mut self, text: &str) -> Vec<CallPiece> {
-        self.text.push_str(text);
-        let mut out = Vec::new();
-        if self.sent.is_none() {
-            let Some(at) = self.text.find(ARGS_KEY) else {
-                return out;
-            };
-            let head: Value = match serde_json::from_str(&format!(
-                "{}}}",
-                &self.text[..at].trim_end().trim_end_matches(',')
-            )) {
-                Ok(v) => v,
-                Err(_) => return out,
-            };
-            let Some(name) = head.get("name").and_then(Value::as_str) else {
-                return out;
-            };
-            out.push(CallPiece::Start(name.to_string()));
-            self.sent = Some(at + ARGS_KEY.len());
-        }
-        let start = self.sent.unwrap_or(0);
-        let end = self.text.len().saturating_sub(1).max(start);
-        let end = (start..=end)
-            .rev()
-            .find(|&i| self.text.is_char_boundary(i))
-            .unwrap_or(start);
-        if end > start {
-            out.push(CallPiece::Arguments(self.text[start..end].to_string()));
-            self.sent = Some(end);
-        }
-        out
+/// A call id as Mistral's templates require it (9 letters or digits), the same for the same
+/// id.
+fn short_id(id: &str) -> String {
+    if id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return id.to_string();
     }
-
-    /// At the end: the rest of the arguments (the held-back text minus the closing brace).
-    pub fn finish(&mut self) -> Option<CallPiece> {
-        let start = self.sent?;
-        let rest = self.text[start..].trim_end();
-        let rest = rest.strip_suffix('}').unwrap_or(rest);
-        (!rest.is_empty()).then(|| CallPiece::Arguments(rest.to_string()))
+    // FNV-1a: stable across runs and builds, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
     }
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    (0..9)
+        .map(|_| {
+            let c = DIGITS[(h % 62) as usize] as char;
+            h /= 62;
+            c
+        })
+        .collect()
 }
 
 /// What an answer streams as, protocol-free.
@@ -280,16 +297,16 @@ pub enum AnswerPiece {
     Text(String),
     /// A thinking model's reasoning (`core/reasoning.rs`).
     Reasoning(String),
-    /// A call begins: its name.
+    /// A call begins: its name. The calls of an answer come one after another.
     CallStart(String),
-    /// More of the call's argument text.
+    /// More of the current call's argument text.
     Arguments(String),
 }
 
 #[derive(Debug)]
 enum Mode {
-    /// `auto`: the leading text, held while it could still begin the call marker.
-    Undecided(String),
+    /// `auto`, before the answer's first character.
+    Undecided(ToolFormat),
     Text,
     Call(CallStream),
     /// A thinking model's answer without tools: reasoning, then text.
@@ -297,27 +314,31 @@ enum Mode {
 }
 
 /// Turns the text of an answer, as it streams, into text or call pieces: a `required` or
-/// named answer is a call from its first character; an `auto` one holds its first
-/// characters while they could still be the marker, then goes one way for good.
+/// named answer is calls from its first character; an `auto` one is told by its first
+/// character (`core/tool_syntax.rs`), then goes one way for good.
 #[derive(Debug)]
 pub struct AnswerStream {
     mode: Mode,
 }
 
 impl AnswerStream {
-    pub fn new(tools: &Tools) -> Self {
+    pub fn new(tools: &Tools, format: ToolFormat) -> Self {
         let mode = match tools.choice {
-            ToolChoice::Auto => Mode::Undecided(String::new()),
-            _ => Mode::Call(CallStream::default()),
+            ToolChoice::Auto => Mode::Undecided(format),
+            _ => Mode::Call(CallStream::new(format)),
         };
         AnswerStream { mode }
     }
 
     /// The stream of a request's answer: with tools as [`Self::new`]; without them, a
     /// thinking model's reasoning then text, or plain text from the start.
-    pub fn for_request(tools: Option<&Tools>, thinking: Option<Thinking>) -> Self {
+    pub fn for_request(
+        tools: Option<&Tools>,
+        format: ToolFormat,
+        thinking: Option<Thinking>,
+    ) -> Self {
         match (tools, thinking) {
-            (Some(t), _) => Self::new(t),
+            (Some(t), _) => Self::new(t, format),
             (None, Some(t)) => AnswerStream {
                 mode: Mode::Thinking(Splitter::new(t)),
             },
@@ -331,38 +352,29 @@ impl AnswerStream {
     }
 
     pub fn push(&mut self, text: &str) -> Vec<AnswerPiece> {
+        if let Mode::Undecided(format) = self.mode {
+            if text.is_empty() {
+                return Vec::new();
+            }
+            self.mode = match format.begins_call(text) {
+                true => Mode::Call(CallStream::new(format)),
+                false => Mode::Text,
+            };
+        }
         match &mut self.mode {
+            Mode::Undecided(_) => Vec::new(),
             Mode::Text if text.is_empty() => Vec::new(),
             Mode::Text => vec![AnswerPiece::Text(text.to_string())],
             Mode::Call(stream) => stream.push(text).into_iter().map(Into::into).collect(),
             Mode::Thinking(split) => split.push(text).into_iter().map(Into::into).collect(),
-            Mode::Undecided(held) => {
-                held.push_str(text);
-                let lead = held.trim_start();
-                if let Some(rest) = lead.strip_prefix(CALL_MARKER) {
-                    let mut stream = CallStream::default();
-                    let pieces = stream.push(rest).into_iter().map(Into::into).collect();
-                    self.mode = Mode::Call(stream);
-                    pieces
-                } else if CALL_MARKER.starts_with(lead) {
-                    Vec::new()
-                } else {
-                    let all = std::mem::take(held);
-                    self.mode = Mode::Text;
-                    vec![AnswerPiece::Text(all)]
-                }
-            }
         }
     }
 
-    /// The last pieces (held text, or the rest of the arguments), and whether the answer
-    /// was a call.
+    /// The last pieces (a thinking model's held text), and whether the answer made a call.
     pub fn finish(&mut self) -> (Vec<AnswerPiece>, bool) {
         match &mut self.mode {
-            Mode::Undecided(held) if held.is_empty() => (Vec::new(), false),
-            Mode::Undecided(held) => (vec![AnswerPiece::Text(std::mem::take(held))], false),
-            Mode::Text => (Vec::new(), false),
-            Mode::Call(stream) => (stream.finish().into_iter().map(Into::into).collect(), true),
+            Mode::Undecided(_) | Mode::Text => (Vec::new(), false),
+            Mode::Call(stream) => (Vec::new(), stream.called()),
             Mode::Thinking(split) => (split.finish().into_iter().map(Into::into).collect(), false),
         }
     }
@@ -389,6 +401,7 @@ impl From<CallPiece> for AnswerPiece {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrox_engine::template::ChatToolCall;
 
     fn tools(choice: ToolChoice) -> Tools {
         Tools {
@@ -398,38 +411,76 @@ mod tests {
                 parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
             }],
             choice,
+            parallel: Parallel::Asked,
         }
     }
 
+    fn history() -> Vec<ChatMessage> {
+        let mut call = ChatMessage::new("assistant", "");
+        call.tool_calls = vec![
+            ChatToolCall::from_text("call_1", "get_weather", r#"{"city": "Paris"}"#),
+            ChatToolCall::from_text("call_2", "get_weather", r#"{"city": "Rome"}"#),
+        ];
+        vec![
+            ChatMessage::new("user", "Weather?"),
+            call,
+            ChatMessage::tool_result("call_1", "sunny"),
+            ChatMessage::tool_result("call_2", "rain"),
+            ChatMessage::new("user", "Thanks."),
+        ]
+    }
+
     #[test]
-    fn calls_parse_and_stream_to_exactly_their_arguments() {
-        let t = tools(ToolChoice::Required);
-        let text = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
-        let call = t.parse(text).unwrap();
-        assert_eq!(call.name, "get_weather");
-        assert_eq!(call.arguments, r#"{"city": "Paris"}"#);
-        for split in 1..text.len() {
-            let mut s = CallStream::default();
-            let mut pieces = s.push(&text[..split]);
-            pieces.extend(s.push(&text[split..]));
-            pieces.extend(s.finish());
-            let args: String = pieces
-                .iter()
-                .filter_map(|p| match p {
-                    CallPiece::Arguments(a) => Some(a.as_str()),
-                    CallPiece::Start(_) => None,
-                })
-                .collect();
-            assert_eq!(
-                pieces[0],
-                CallPiece::Start("get_weather".into()),
-                "split {split}"
-            );
-            assert_eq!(args, call.arguments, "split {split}");
-        }
-        let auto = tools(ToolChoice::Auto);
-        assert!(auto.parse("Just text.").is_none());
-        assert!(auto.parse(&format!("{CALL_MARKER}{text}")).is_some());
-        assert!(tools(ToolChoice::None).grammar().is_none());
+    fn a_template_without_tools_reads_calls_as_the_model_writes_them() {
+        let t = tools(ToolChoice::Auto);
+        let out = prepare(history(), Some(&t), ToolFormat::Generic);
+        let roles: Vec<&str> = out.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
+        assert!(out[0].content.contains("get_weather"));
+        // The written calls read back as the same calls.
+        let calls = ToolFormat::Generic
+            .parse(&ToolChoice::Auto, &out[2].content)
+            .unwrap();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[1].name, "get_weather");
+        assert_eq!(calls[1].arguments, r#"{"city":"Rome"}"#);
+        assert_eq!(
+            out[3].content,
+            "Result of the tool get_weather: sunny\nResult of the tool get_weather: rain\nThanks."
+        );
+        assert!(out.iter().all(|m| m.tool_calls.is_empty()));
+    }
+
+    #[test]
+    fn native_templates_get_the_fields_and_mistral_its_ids() {
+        let out = prepare(history(), None, ToolFormat::Hermes);
+        assert_eq!(out[2].name.as_deref(), Some("get_weather"));
+        assert_eq!(out[1].tool_calls.len(), 2);
+        let m = prepare(history(), None, ToolFormat::Mistral { marker: None });
+        let id = &m[1].tool_calls[0].id;
+        assert_eq!(id.len(), 9);
+        assert!(id.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_eq!(m[2].tool_call_id.as_ref(), Some(id));
+        assert_ne!(m[1].tool_calls[1].id, *id);
+    }
+
+    #[test]
+    fn an_auto_answer_is_told_by_its_first_character() {
+        let t = tools(ToolChoice::Auto);
+        let mut s = AnswerStream::new(&t, ToolFormat::Hermes);
+        assert_eq!(s.push(""), Vec::new());
+        assert_eq!(s.push("Sun"), vec![AnswerPiece::Text("Sun".into())]);
+        assert!(s.is_text());
+        let mut s = AnswerStream::new(&t, ToolFormat::Hermes);
+        let mut pieces = s.push("<tool_call>\n{\"name\": \"get_weather\", ");
+        pieces.extend(s.push("\"arguments\": {}}\n</tool_call>"));
+        assert_eq!(
+            pieces,
+            vec![
+                AnswerPiece::CallStart("get_weather".into()),
+                AnswerPiece::Arguments("{}".into())
+            ]
+        );
+        assert!(s.finish().1);
     }
 }

@@ -35,6 +35,8 @@ fn model_object(m: &ModelInfo) -> Value {
     }
     if let Some(g) = &m.generator {
         obj["meta"] = meta(g);
+        // How its template writes tool calls (`core/tool_syntax.rs`).
+        obj["ferrox"]["tool_format"] = json!(g.tool_format.name());
     }
     obj
 }

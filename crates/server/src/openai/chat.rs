@@ -25,17 +25,17 @@ use crate::state::Generator;
 
 pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
-    let tools = request.tools.as_ref();
+    let tools = request.options.tools.as_ref();
     let thinking = generator.thinking_for(tools.is_some(), request.options.grammar.is_some());
     let calls = match (tools, thinking) {
         (None, None) => Vec::new(),
         _ => (0..request.options.n)
-            .map(|_| StreamedCall::new(tools, thinking))
+            .map(|_| StreamedCall::new(tools, generator.tool_format, thinking))
             .collect(),
     };
     let shape = Chat {
         logprobs: request.options.logprobs.is_some(),
-        tools: request.tools.clone(),
+        tools: request.options.tools.clone(),
         thinking,
         calls,
     };
@@ -85,16 +85,22 @@ impl Shape for Chat {
     const ID_PREFIX: &'static str = "chatcmpl";
 
     fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value {
-        let call = match (&self.tools, &out.finish) {
-            (Some(t), Finish::EndOfTurn) => t.parse(&out.completion.text),
-            _ => None,
-        };
-        let (message, reason) = match call {
-            Some(call) => (
-                json!({"role": "assistant", "content": null, "refusal": null,
-                       "tool_calls": tool_calls_json(&call)}),
-                "tool_calls",
-            ),
+        let calls = self
+            .tools
+            .as_ref()
+            .and_then(|t| g.tool_format.parse(&t.choice, &out.completion.text));
+        let (message, reason) = match calls {
+            Some(calls) => {
+                let mut message = json!({"role": "assistant", "content": null, "refusal": null});
+                if !calls.is_empty() {
+                    message["tool_calls"] = tool_calls_json(&calls);
+                }
+                let reason = match (calls.is_empty(), &out.finish) {
+                    (false, Finish::EndOfTurn) => "tool_calls",
+                    (_, finish) => finish_reason(finish),
+                };
+                (message, reason)
+            }
             None => {
                 let mut message = json!({"role": "assistant", "refusal": null});
                 match self.thinking {

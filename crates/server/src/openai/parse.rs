@@ -12,15 +12,13 @@
 //! model name (the served model) and token ids (the vocabulary).
 
 use ferrox_engine::sampler::SamplingParams;
-use ferrox_engine::template::ChatMessage;
-use std::collections::HashMap;
+use ferrox_engine::template::{ChatMessage, ChatToolCall};
 
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Prompt};
-use crate::core::tools::{render_call, render_result, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 use crate::openai::tool_calls::parse_tools;
 
@@ -53,8 +51,6 @@ pub struct ChatRequest {
     pub options: GenerationOptions,
     /// Streaming only: send a last chunk with the usage.
     pub include_usage: bool,
-    /// The tools offered, unless there are none or `tool_choice` is `none`.
-    pub tools: Option<Tools>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,7 +65,7 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     f.refuse_unsupported(CHAT_UNSUPPORTED)?;
     let tools = parse_tools(&mut f)?;
-    let mut messages = parse_messages(f.take_raw("messages"), tools.as_ref())?;
+    let messages = parse_messages(f.take_raw("messages"))?;
     let (mut options, include_usage) = parse_options(&mut f)?;
     if let Some(m) = f.max_tokens("max_completion_tokens")? {
         if options.max_tokens.is_some_and(|t| t != m) {
@@ -93,21 +89,17 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     }
     options.logprobs = logprobs.then_some(top.unwrap_or(0));
     f.finish()?;
-    if let Some(t) = &tools {
-        if options.grammar.is_some() {
-            return Err(ApiError::invalid(
-                "response_format",
-                "response_format cannot be combined with tools",
-            ));
-        }
-        options.grammar = t.grammar();
-        t.describe_in(&mut messages);
+    if tools.is_some() && options.grammar.is_some() {
+        return Err(ApiError::invalid(
+            "response_format",
+            "response_format cannot be combined with tools",
+        ));
     }
+    options.tools = tools;
     Ok(ChatRequest {
         messages,
         options,
         include_usage,
-        tools,
     })
 }
 
@@ -353,10 +345,7 @@ fn parse_prompt(value: Option<Value>) -> Result<Prompt, ApiError> {
     }
 }
 
-pub fn parse_messages(
-    value: Option<Value>,
-    tools: Option<&Tools>,
-) -> Result<Vec<ChatMessage>, ApiError> {
+pub fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match value {
         None => {
             return Err(ApiError::MissingParameter {
@@ -377,41 +366,26 @@ pub fn parse_messages(
             "must hold at least one message",
         ));
     }
-    let mut calls = CallLog {
-        auto: tools.is_some_and(|t| t.choice == ToolChoice::Auto),
-        names: HashMap::new(),
-    };
     items
         .into_iter()
         .enumerate()
-        .map(|(i, v)| parse_message(v, &format!("messages[{i}]"), &mut calls))
+        .map(|(i, v)| parse_message(v, &format!("messages[{i}]")))
         .collect()
 }
 
-/// The calls seen so far in a history, so that a tool's result can name its tool.
-struct CallLog {
-    /// Past calls are written with the `auto` marker, as this request's model writes them.
-    auto: bool,
-    names: HashMap<String, String>,
-}
-
-/// One chat message: `role` (system, developer, user, assistant) and `content` (a string,
-/// or a list of `{"type": "text", "text"}` parts, joined with newlines).
-fn parse_message(value: Value, path: &str, calls: &mut CallLog) -> Result<ChatMessage, ApiError> {
+/// One chat message: `role` (system, developer, user, assistant, tool) and `content` (a
+/// string, or a list of `{"type": "text", "text"}` parts, joined with newlines); an
+/// assistant's `tool_calls`, a tool result's `tool_call_id`.
+fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(value, path)?;
     m.refuse_unsupported(&["name", "function_call", "refusal", "audio"])?;
     let role = m.take_raw("role");
-    // A tool's result: a user turn that names the tool.
     if role.as_ref().is_some_and(|r| r == "tool") {
         let id: String = m.require("tool_call_id")?;
         m.map_insert("role", json!("user"));
         let result = message_fields(&mut m, &["text"])?;
         m.finish()?;
-        let name = calls.names.get(&id).map(String::as_str);
-        return Ok(ChatMessage::new(
-            "user",
-            render_result(name, &result.content),
-        ));
+        return Ok(ChatMessage::tool_result(id, result.content));
     }
     if let Some(role) = role {
         m.map_insert("role", role);
@@ -422,8 +396,7 @@ fn parse_message(value: Value, path: &str, calls: &mut CallLog) -> Result<ChatMe
         m.finish()?;
         return Ok(message);
     };
-    // An assistant turn that called tools: its text (if any), then each call as the model
-    // writes one.
+    // An assistant turn that called tools: its text (if any) and its calls.
     let content_missing = m
         .take_raw("content")
         .map(|c| m.map_insert("content", c))
@@ -454,18 +427,13 @@ fn parse_message(value: Value, path: &str, calls: &mut CallLog) -> Result<ChatMe
             })?;
         c.finish()?;
         let mut f = Fields::nested(func, &fpath)?;
-        let call = ToolCall {
-            name: f.require("name")?,
-            arguments: f
-                .take::<String>("arguments")?
-                .unwrap_or_else(|| "{}".into()),
-        };
+        let name: String = f.require("name")?;
+        let arguments = f.take::<String>("arguments")?;
         f.finish()?;
-        calls.names.insert(id, call.name.clone());
-        if !message.content.is_empty() {
-            message.content.push('\n');
-        }
-        message.content.push_str(&render_call(&call, calls.auto));
+        let arguments = arguments.as_deref().unwrap_or("{}");
+        message
+            .tool_calls
+            .push(ChatToolCall::from_text(id, name, arguments));
     }
     m.finish()?;
     Ok(message)

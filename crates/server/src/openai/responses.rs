@@ -23,14 +23,13 @@
 //! is the prefix of this one, which the prefix cache makes cheap. An unknown or evicted id is
 //! a 404, never ignored.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferrox_engine::sampler::SamplingParams;
-use ferrox_engine::template::ChatMessage;
+use ferrox_engine::template::{ChatMessage, ChatToolCall};
 
 use serde_json::{json, Map, Value};
 
@@ -45,7 +44,8 @@ use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::reasoning::{self, Thinking};
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::drive;
-use crate::core::tools::{render_call, render_result, Tool, ToolCall, ToolChoice, Tools};
+use crate::core::tool_syntax::ToolFormat;
+use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 use crate::http::sse::{sse_response, Ping};
 use crate::models::Pinned;
@@ -54,8 +54,6 @@ use crate::state::{unix_now, AppState};
 /// A parsed `/v1/responses` body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponsesRequest {
-    /// Function tools offered, unless there are none or `tool_choice` is `none`.
-    pub tools: Option<Tools>,
     /// `text.format` as given (`{"type": "text"}` by default), echoed in the response.
     pub text_format: Value,
     pub instructions: Option<String>,
@@ -72,8 +70,7 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     accept_defaults(&mut f)?;
     let tools = parse_tools(&mut f)?;
-    let auto = tools.as_ref().is_some_and(|t| t.choice == ToolChoice::Auto);
-    let input = parse_input(f.take_raw("input"), auto)?;
+    let input = parse_input(f.take_raw("input"))?;
     let instructions = f.take::<String>("instructions")?;
     let defaults = SamplingParams::default();
     let sampling = SamplingParams {
@@ -97,11 +94,13 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
             "a JSON text format cannot be combined with tools",
         ));
     }
-    let grammar = grammar.or_else(|| tools.as_ref().and_then(Tools::grammar));
-    let options = GenerationOptions { grammar, ..options };
+    let options = GenerationOptions {
+        grammar,
+        tools,
+        ..options
+    };
     let metadata = f.take("metadata")?.unwrap_or_default();
     let request = ResponsesRequest {
-        tools,
         text_format,
         instructions,
         input,
@@ -179,9 +178,12 @@ fn accept_defaults(f: &mut Fields) -> Result<(), ApiError> {
 
 /// `tools` (function tools: `name`, `description`, `parameters`, `strict`; other types
 /// refused by name), `tool_choice` (`none`, `auto`, `required`, `{"type": "function",
-/// "name"}`) and the accepted `parallel_tool_calls`.
+/// "name"}`) and `parallel_tool_calls` (false unless sent, as on chat).
 fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
-    f.take::<bool>("parallel_tool_calls")?;
+    let parallel = match f.take::<bool>("parallel_tool_calls")? {
+        Some(true) => Parallel::Asked,
+        _ => Parallel::Off,
+    };
     let mut tools = Vec::new();
     if let Some(v) = f.take_raw("tools") {
         let Value::Array(items) = v else {
@@ -211,22 +213,32 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
         }
     }
     let choice = tool_choice(f, !tools.is_empty(), |c| c.require("name"))?;
-    Tools::checked(tools, choice, "tool_choice")
+    Tools::checked(tools, choice, parallel, "tool_choice")
 }
 
-fn parse_input(value: Option<Value>, auto: bool) -> Result<Vec<ChatMessage>, ApiError> {
+fn parse_input(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
     match value {
         None => Err(ApiError::MissingParameter {
             param: "input".into(),
         }),
         Some(Value::String(s)) => Ok(vec![ChatMessage::new("user", s)]),
         Some(Value::Array(items)) => {
-            let mut names = HashMap::new();
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| input_item(item, &format!("input[{i}]"), auto, &mut names))
-                .collect()
+            let mut out: Vec<ChatMessage> = Vec::new();
+            for (i, item) in items.into_iter().enumerate() {
+                match input_item(item, &format!("input[{i}]"))? {
+                    // Calls one after another are one assistant turn's (parallel calls).
+                    Input1::Call(call) => match out.last_mut() {
+                        Some(last) if last.role == "assistant" => last.tool_calls.push(call),
+                        _ => {
+                            let mut m = ChatMessage::new("assistant", "");
+                            m.tool_calls.push(call);
+                            out.push(m);
+                        }
+                    },
+                    Input1::Message(m) => out.push(m),
+                }
+            }
+            Ok(out)
         }
         Some(other) => Err(ApiError::invalid(
             "input",
@@ -238,16 +250,16 @@ fn parse_input(value: Option<Value>, auto: bool) -> Result<Vec<ChatMessage>, Api
     }
 }
 
+/// One input item, as a message or a past call.
+enum Input1 {
+    Message(ChatMessage),
+    Call(ChatToolCall),
+}
+
 /// A message item: `role`, `content` (a string or text parts), and the optional `type:
 /// "message"`, `id` and `status` of an output item sent back as input; or a past
-/// `function_call` (written as the model writes a call) and its `function_call_output`
-/// (written as a turn naming the tool).
-fn input_item(
-    item: Value,
-    path: &str,
-    auto: bool,
-    names: &mut HashMap<String, String>,
-) -> Result<ChatMessage, ApiError> {
+/// `function_call` and its `function_call_output` (a `tool` message).
+fn input_item(item: Value, path: &str) -> Result<Input1, ApiError> {
     let mut m = Fields::nested(item, path)?;
     m.accept("id");
     m.accept("status");
@@ -255,20 +267,16 @@ fn input_item(
         None | Some("message") => {}
         Some("function_call") => {
             let call_id: String = m.require("call_id")?;
-            let call = ToolCall {
-                name: m.require("name")?,
-                arguments: m.require("arguments")?,
-            };
+            let name: String = m.require("name")?;
+            let arguments: String = m.require("arguments")?;
             m.finish()?;
-            names.insert(call_id, call.name.clone());
-            return Ok(ChatMessage::new("assistant", render_call(&call, auto)));
+            return Ok(Input1::Call(ChatToolCall::from_text(call_id, name, &arguments)));
         }
         Some("function_call_output") => {
             let call_id: String = m.require("call_id")?;
             let output: String = m.require("output")?;
             m.finish()?;
-            let name = names.get(&call_id).map(String::as_str);
-            return Ok(ChatMessage::new("user", render_result(name, &output)));
+            return Ok(Input1::Message(ChatMessage::tool_result(call_id, output)));
         }
         Some(ty) => {
             return Err(ApiError::invalid(
@@ -279,7 +287,7 @@ fn input_item(
     }
     let message = message_fields(&mut m, &["input_text", "output_text"])?;
     m.finish()?;
-    Ok(message)
+    Ok(Input1::Message(message))
 }
 
 pub async fn create(
@@ -301,23 +309,22 @@ pub async fn create(
     };
     history.extend(request.input.iter().cloned());
     let mut prompt = Vec::with_capacity(history.len() + 1);
-    let tool_text = request.tools.as_ref().and_then(Tools::system_text);
-    let system: Vec<String> = [request.instructions.clone(), tool_text]
-        .into_iter()
-        .flatten()
-        .collect();
-    if !system.is_empty() {
-        prompt.push(ChatMessage::new("system", system.join("\n\n")));
+    if let Some(instructions) = &request.instructions {
+        prompt.push(ChatMessage::new("system", instructions.clone()));
     }
     prompt.extend(history.iter().cloned());
-    let thinking =
-        generator.thinking_for(request.tools.is_some(), request.options.grammar.is_some());
+    let thinking = generator.thinking_for(
+        request.options.tools.is_some(),
+        request.options.grammar.is_some(),
+    );
+    let tool_format = generator.tool_format;
     let generation = generate(generator, Input::Chat(prompt), &request.options).await?;
     let draft = Draft {
         id: random_id("resp_"),
         item_id: random_id("msg_"),
         reasoning_item_id: random_id("rs_"),
         thinking,
+        tool_format,
         call_item_id: random_id("fc_"),
         call_id: random_id("call_"),
         created_at: unix_now(),
@@ -374,8 +381,11 @@ pub(super) struct Draft {
     /// The id of a thinking model's reasoning item, and how its answers begin.
     pub(super) reasoning_item_id: String,
     pub(super) thinking: Option<Thinking>,
-    pub(super) call_item_id: String,
-    pub(super) call_id: String,
+    /// How the model writes calls.
+    pub(super) tool_format: ToolFormat,
+    /// The ids of the first function call item and its call; call *i* > 0 adds `_i`.
+    call_item_id: String,
+    call_id: String,
     created_at: u64,
     model: String,
     pub(super) request: ResponsesRequest,
@@ -404,7 +414,7 @@ impl Draft {
             "max_output_tokens": o.max_tokens,
             "model": self.model,
             "output": output,
-            "parallel_tool_calls": false,
+            "parallel_tool_calls": o.tools.as_ref().is_some_and(|t| t.parallel == Parallel::Asked),
             "previous_response_id": self.request.previous_response_id,
             "reasoning": {"effort": null, "summary": null},
             "store": self.request.store,
@@ -423,6 +433,7 @@ impl Draft {
     fn tools_json(&self) -> Value {
         let tools = self
             .request
+            .options
             .tools
             .as_ref()
             .map_or(&[][..], |t| &t.tools[..]);
@@ -436,7 +447,7 @@ impl Draft {
     }
 
     fn tool_choice_json(&self) -> Value {
-        match self.request.tools.as_ref().map(|t| &t.choice) {
+        match self.request.options.tools.as_ref().map(|t| &t.choice) {
             None | Some(ToolChoice::None) => json!("none"),
             Some(ToolChoice::Auto) => json!("auto"),
             Some(ToolChoice::Required) => json!("required"),
@@ -469,24 +480,34 @@ impl Draft {
         })
     }
 
-    /// A function call item.
-    pub(super) fn call_item(&self, status: &str, name: &str, arguments: &str) -> Value {
+    /// The item id and call id of the answer's call `i`.
+    pub(super) fn call_ids(&self, i: usize) -> (String, String) {
+        match i {
+            0 => (self.call_item_id.clone(), self.call_id.clone()),
+            i => (
+                format!("{}_{i}", self.call_item_id),
+                format!("{}_{i}", self.call_id),
+            ),
+        }
+    }
+
+    /// The answer's call `i`, as a function call item.
+    pub(super) fn call_item(&self, i: usize, status: &str, name: &str, arguments: &str) -> Value {
+        let (id, call_id) = self.call_ids(i);
         json!({
             "type": "function_call",
-            "id": self.call_item_id,
-            "call_id": self.call_id,
+            "id": id,
+            "call_id": call_id,
             "name": name,
             "arguments": arguments,
             "status": status,
         })
     }
 
-    /// The call in the answer, if it is one.
-    pub(super) fn call(&self, text: &str, finish: &Finish) -> Option<ToolCall> {
-        match (&self.request.tools, finish) {
-            (Some(t), Finish::EndOfTurn) => t.parse(text),
-            _ => None,
-        }
+    /// The calls in the answer; `None` when it is text.
+    fn calls(&self, text: &str) -> Option<Vec<ToolCall>> {
+        let tools = self.request.options.tools.as_ref()?;
+        self.tool_format.parse(&tools.choice, text)
     }
 
     /// The finished response, stored if asked.
@@ -500,33 +521,41 @@ impl Draft {
             None => (None, text.to_string()),
         };
         let text = text.as_str();
-        let call = self.call(text, finish);
-        let item = match &call {
-            Some(c) => self.call_item("completed", &c.name, &c.arguments),
-            None => self.item(status, vec![text_part_json(text)]),
+        let calls = self.calls(text);
+        let items: Vec<Value> = match &calls {
+            Some(calls) => calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| self.call_item(i, "completed", &c.name, &c.arguments))
+                .collect(),
+            None => vec![self.item(status, vec![text_part_json(text)])],
         };
         let mut output: Vec<Value> = reasoning
             .as_deref()
             .map(|r| self.reasoning_item("completed", Some(r)))
             .into_iter()
             .collect();
-        output.push(item);
+        output.extend(items);
         let mut response = self.object(status, output, Some(usage));
         if !complete {
             response["incomplete_details"] = json!({"reason": "max_output_tokens"});
         }
         if self.request.store {
             let mut history = self.history.clone();
-            let auto = self
-                .request
-                .tools
-                .as_ref()
-                .is_some_and(|t| t.choice == ToolChoice::Auto);
-            let said = match &call {
-                Some(c) => render_call(c, auto),
-                None => text.to_string(),
-            };
-            history.push(ChatMessage::new("assistant", said));
+            let mut said = ChatMessage::new("assistant", "");
+            match calls {
+                None => said.content = text.to_string(),
+                Some(calls) => {
+                    said.tool_calls = calls
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| {
+                            ChatToolCall::from_text(self.call_ids(i).1, &c.name, &c.arguments)
+                        })
+                        .collect()
+                }
+            }
+            history.push(said);
             let stored = Stored {
                 response: response.clone(),
                 history,

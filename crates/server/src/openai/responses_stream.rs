@@ -3,7 +3,8 @@
 //! `response.output_text.delta`…, `response.output_text.done`, `response.content_part.done`,
 //! `response.output_item.done`) or, with tools, a `function_call`
 //! (`response.output_item.added`, `response.function_call_arguments.delta`…,
-//! `response.function_call_arguments.done`, `response.output_item.done`) — and one of
+//! `response.function_call_arguments.done`, `response.output_item.done`) per call, one
+//! after another — and one of
 //! `response.completed` / `response.incomplete` / `response.failed`. Every event carries a
 //! gap-free `sequence_number`; the ids streamed are the final response's.
 //!
@@ -35,15 +36,22 @@ pub(super) struct Events {
     opened: Option<Item>,
     /// The output index of the item being streamed (a reasoning item comes first).
     index: usize,
-    /// The text (or argument text) streamed so far.
+    /// The text (or the current call's argument text) streamed so far.
     text: String,
+    /// Calls begun, and the current one's name.
+    calls: usize,
+    call_name: String,
     /// A thinking model's reasoning streamed so far.
     reasoning: String,
 }
 
 impl Events {
     pub(super) fn new(draft: Draft) -> Self {
-        let answer = AnswerStream::for_request(draft.request.tools.as_ref(), draft.thinking);
+        let answer = AnswerStream::for_request(
+            draft.request.options.tools.as_ref(),
+            draft.tool_format,
+            draft.thinking,
+        );
         Events {
             draft,
             sequence: 0,
@@ -51,6 +59,8 @@ impl Events {
             opened: None,
             index: 0,
             text: String::new(),
+            calls: 0,
+            call_name: String::new(),
             reasoning: String::new(),
         }
     }
@@ -70,7 +80,7 @@ impl Events {
     }
 
     fn call_event(&mut self, name: &'static str, mut data: Value) -> Frame {
-        data["item_id"] = json!(self.draft.call_item_id);
+        data["item_id"] = json!(self.draft.call_ids(self.calls.saturating_sub(1)).0);
         data["output_index"] = json!(self.index);
         self.event(name, data)
     }
@@ -148,8 +158,28 @@ impl Events {
                     );
                 }
                 AnswerPiece::CallStart(name) => {
+                    if self.opened == Some(Item::Call) {
+                        // The previous call is whole: its item ends before the next opens.
+                        let (name, args) = (self.call_name.clone(), std::mem::take(&mut self.text));
+                        let item = self
+                            .draft
+                            .call_item(self.calls - 1, "completed", &name, &args);
+                        out.push(self.call_event(
+                            "response.function_call_arguments.done",
+                            json!({"arguments": args}),
+                        ));
+                        out.push(self.event(
+                            "response.output_item.done",
+                            json!({"output_index": self.index, "item": item}),
+                        ));
+                        self.index += 1;
+                    }
                     self.opened = Some(Item::Call);
-                    let item = self.draft.call_item("in_progress", &name, "");
+                    self.calls += 1;
+                    self.call_name = name.clone();
+                    let item = self
+                        .draft
+                        .call_item(self.calls - 1, "in_progress", &name, "");
                     out.push(self.event(
                         "response.output_item.added",
                         json!({"output_index": self.index, "item": item}),
@@ -201,12 +231,23 @@ impl Encoder for Events {
         let mut frames = self.pieces(rest);
         let response = self.draft.finished(&c.text, f, g.usage());
         let output = response["output"].as_array().cloned().unwrap_or_default();
-        let item = output.last().cloned().unwrap_or_default();
+        let mut item = output.last().cloned().unwrap_or_default();
         let status = response["status"]
             .as_str()
             .unwrap_or("completed")
             .to_string();
         if self.opened == Some(Item::Call) {
+            // A call the budget cut is not in the output: its item ends as it streamed.
+            let id = self.draft.call_ids(self.calls - 1).0;
+            item = output
+                .iter()
+                .find(|i| i["id"] == id)
+                .cloned()
+                .unwrap_or_else(|| {
+                    let name = self.call_name.clone();
+                    self.draft
+                        .call_item(self.calls - 1, "incomplete", &name, &self.text)
+                });
             let arguments = item["arguments"].clone();
             frames.push(self.call_event(
                 "response.function_call_arguments.done",

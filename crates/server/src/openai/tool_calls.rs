@@ -1,7 +1,8 @@
-//! OpenAI chat's tool calling: parsing `tools` / `tool_choice` into the core's [`Tools`],
-//! writing a call as `message.tool_calls`, and streaming one as `delta.tool_calls` — the first
-//! delta carrying `index`, `id`, `type` and the name, the later ones argument fragments that
-//! concatenate to exactly the non-streamed `arguments`, no call text ever in `content`.
+//! OpenAI chat's tool calling: parsing `tools` / `tool_choice` / `parallel_tool_calls` into
+//! the core's [`Tools`], writing calls as `message.tool_calls`, and streaming them as
+//! `delta.tool_calls` — the first delta of call *i* carrying `index: i`, `id`, `type` and the
+//! name, the later ones argument fragments that concatenate to exactly the non-streamed
+//! `arguments`, no call text ever in `content`.
 //!
 //! Whether an `auto` answer is text or a call is the core's `AnswerStream` to tell; this
 //! module only writes its pieces as OpenAI's deltas.
@@ -11,13 +12,17 @@ use serde_json::{json, Value};
 use crate::core::error::ApiError;
 use crate::core::ids::random_id;
 use crate::core::reasoning::Thinking;
-use crate::core::tools::{AnswerPiece, AnswerStream, Tool, ToolCall, ToolChoice, Tools};
+use crate::core::tool_syntax::ToolFormat;
+use crate::core::tools::{AnswerPiece, AnswerStream, Parallel, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
-/// `tools` and `tool_choice` (and the accepted `parallel_tool_calls`); `None` without tools
-/// or with `tool_choice: none`.
+/// `tools`, `tool_choice` and `parallel_tool_calls` (false unless sent, as in
+/// llama-server); `None` without tools or with `tool_choice: none`.
 pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
-    f.take::<bool>("parallel_tool_calls")?;
+    let parallel = match f.take::<bool>("parallel_tool_calls")? {
+        Some(true) => Parallel::Asked,
+        _ => Parallel::Off,
+    };
     let tools = match f.take_raw("tools") {
         None => Vec::new(),
         Some(Value::Array(items)) => items
@@ -43,7 +48,7 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
         fc.finish()?;
         Ok(name)
     })?;
-    Tools::checked(tools, choice, "tool_choice")
+    Tools::checked(tools, choice, parallel, "tool_choice")
 }
 
 /// OpenAI's `tool_choice` (chat and the Responses API): `none`, `auto` (the default with
@@ -130,13 +135,18 @@ fn tool(value: Value, path: &str) -> Result<Tool, ApiError> {
     })
 }
 
-/// `message.tool_calls` for one call.
-pub fn tool_calls_json(call: &ToolCall) -> Value {
-    json!([{
-        "id": random_id("call_"),
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }])
+/// `message.tool_calls` for an answer's calls.
+pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|call| {
+            json!({
+                "id": random_id("call_"),
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            })
+        })
+        .collect()
 }
 
 /// A choice's streaming state: turns the answer's text into content, reasoning or
@@ -144,64 +154,73 @@ pub fn tool_calls_json(call: &ToolCall) -> Value {
 #[derive(Debug)]
 pub struct StreamedCall {
     answer: AnswerStream,
-    id: String,
+    /// Calls begun so far.
+    calls: usize,
 }
 
 impl StreamedCall {
-    pub fn new(tools: Option<&Tools>, thinking: Option<Thinking>) -> Self {
+    pub fn new(tools: Option<&Tools>, format: ToolFormat, thinking: Option<Thinking>) -> Self {
         StreamedCall {
-            answer: AnswerStream::for_request(tools, thinking),
-            id: random_id("call_"),
+            answer: AnswerStream::for_request(tools, format, thinking),
+            calls: 0,
         }
     }
 
     /// The delta for `text`, if it has anything to send.
     pub fn push(&mut self, text: &str) -> Option<Value> {
-        delta(&self.id, self.answer.push(text))
+        let pieces = self.answer.push(text);
+        self.delta(pieces)
     }
 
-    /// The last delta of the choice (held text or the rest of the arguments), and whether
-    /// it made a call (`finish_reason: tool_calls`).
+    /// The last delta of the choice (a thinking model's held text), and whether it made a
+    /// call (`finish_reason: tool_calls`).
     pub fn finish(&mut self) -> (Option<Value>, bool) {
         let (pieces, called) = self.answer.finish();
-        (delta(&self.id, pieces), called)
+        (self.delta(pieces), called)
     }
-}
 
-/// One delta of the pieces: `content` and `reasoning_content`, or a `tool_calls` entry
-/// (with `id`, `type` and the name when the call starts), if there is anything to send.
-fn delta(id: &str, pieces: Vec<AnswerPiece>) -> Option<Value> {
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut entry = json!({"index": 0});
-    let mut args = String::new();
-    let mut call = false;
-    for p in pieces {
-        match p {
-            AnswerPiece::Text(t) => content.push_str(&t),
-            AnswerPiece::Reasoning(r) => reasoning.push_str(&r),
-            AnswerPiece::CallStart(name) => {
-                call = true;
-                entry["id"] = json!(id);
-                entry["type"] = json!("function");
-                entry["function"] = json!({"name": name, "arguments": ""});
-            }
-            AnswerPiece::Arguments(a) => {
-                call = true;
-                args.push_str(&a);
+    /// One delta of the pieces: `content` and `reasoning_content`, or `tool_calls` entries
+    /// (with `id`, `type` and the name where a call starts), if there is anything to send.
+    fn delta(&mut self, pieces: Vec<AnswerPiece>) -> Option<Value> {
+        let mut content = String::new();
+        let mut reasoning = String::new();
+        let mut entries: Vec<Value> = Vec::new();
+        for p in pieces {
+            match p {
+                AnswerPiece::Text(t) => content.push_str(&t),
+                AnswerPiece::Reasoning(r) => reasoning.push_str(&r),
+                AnswerPiece::CallStart(name) => {
+                    entries.push(json!({
+                        "index": self.calls,
+                        "id": random_id("call_"),
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }));
+                    self.calls += 1;
+                }
+                AnswerPiece::Arguments(a) => {
+                    let index = self.calls.saturating_sub(1);
+                    match entries.last_mut() {
+                        Some(e) if e["index"] == json!(index) => {
+                            let args =
+                                format!("{}{a}", e["function"]["arguments"].as_str().unwrap_or(""));
+                            e["function"]["arguments"] = json!(args);
+                        }
+                        _ => entries.push(json!({"index": index, "function": {"arguments": a}})),
+                    }
+                }
             }
         }
+        if !entries.is_empty() {
+            return Some(json!({"tool_calls": entries}));
+        }
+        let mut d = json!({});
+        if !reasoning.is_empty() {
+            d["reasoning_content"] = json!(reasoning);
+        }
+        if !content.is_empty() {
+            d["content"] = json!(content);
+        }
+        (d != json!({})).then_some(d)
     }
-    if call {
-        entry["function"]["arguments"] = json!(args);
-        return Some(json!({"tool_calls": [entry]}));
-    }
-    let mut d = json!({});
-    if !reasoning.is_empty() {
-        d["reasoning_content"] = json!(reasoning);
-    }
-    if !content.is_empty() {
-        d["content"] = json!(content);
-    }
-    (d != json!({})).then_some(d)
 }

@@ -18,4 +18,5 @@ mod responses;
 mod routes;
 mod structured;
 mod tls;
+mod tool_families;
 mod tools;

@@ -251,6 +251,9 @@ fn anthropic_ask(extra: Value) -> Value {
         "messages": [{"role": "user", "content": "weather?"}],
         "tools": [{"name": w["name"], "description": w["description"],
                    "input_schema": w["parameters"]}],
+        // Anthropic allows several calls by default, but not in the generic syntax this
+        // model learns from its system text: a model given more keeps calling until the
+        // budget runs out (`core/tools.rs`, `Parallel`).
         "tool_choice": {"type": "any"},
     });
     body.as_object_mut()

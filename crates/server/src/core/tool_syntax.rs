@@ -1,0 +1,507 @@
+//! How a model family writes tool calls: the grammar that makes a call well-formed in that
+//! family's syntax, and reading calls back out of the text, whole or as it streams.
+//!
+//! A model's format is read off its chat template ([`ToolFormat::detect`]):
+//! - **Hermes** (Qwen 2.5/3, Hermes): the template takes `tools` and writes `<tool_call>`;
+//!   a call is `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`, calls one per line;
+//! - **Llama 3.x**: the template takes `tools` and writes `"parameters"`; a call is the one
+//!   JSON object `{"name": …, "parameters": …}` (the family has no syntax for several);
+//! - **Mistral**: the template writes `[TOOL_CALLS]`; a call is that marker (a control
+//!   token, so it adds no text) and a JSON array of `{"name": …, "arguments": …}`;
+//! - **Generic**: any other template, or none (Gemma 3, the default model). The server
+//!   describes the tools in the system turn and writes past calls and results into the text
+//!   (`core/tools.rs`); the model calls in the Hermes shape, which the grammar enforces.
+//!
+//! Every syntax is the same thing underneath: calls are the JSON objects at the top level of
+//! the answer, and whatever lies between them is the family's markup. So one reader serves
+//! all of them ([`CallStream`]): it tracks JSON nesting byte by byte, announces a call's name
+//! when its arguments key is read, and passes the arguments through as they arrive — exactly
+//! the generated text, never the markup, and with nothing held back. The non-streamed reply
+//! runs the same reader over the whole text, so streamed and buffered calls agree by
+//! construction.
+//!
+//! With `auto`, the grammar lets the answer be text or calls, and the text may not begin with
+//! the character a call begins with (`<`, `{` or `[`), so the first character of the answer
+//! tells the two apart exactly.
+
+use ferrox_engine::tokenizer::Tokenizer;
+use serde_json::{json, Value};
+
+use crate::core::grammar::{with_layout, GrammarRequest, GrammarSpec};
+use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
+
+/// The marker of a Hermes (and a generic) call.
+pub const CALL_OPEN: &str = "<tool_call>";
+pub const CALL_CLOSE: &str = "</tool_call>";
+/// The marker of Mistral's calls.
+pub const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
+
+/// How a model family writes tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// The template knows no tools: the server describes them; calls in the Hermes shape.
+    Generic,
+    Hermes,
+    Llama3,
+    /// `marker`: the id of `[TOOL_CALLS]` when it is one token of the vocabulary (the
+    /// grammar then asks for that token; otherwise for its text).
+    Mistral {
+        marker: Option<u32>,
+    },
+}
+
+impl ToolFormat {
+    /// The format of a model whose GGUF template is `source` (`None`: no template, a
+    /// builtin format, which has no tool syntax).
+    pub fn detect(source: Option<&str>, tokenizer: &Tokenizer) -> ToolFormat {
+        let Some(src) = source.filter(|s| s.contains("tools")) else {
+            return ToolFormat::Generic;
+        };
+        if src.contains(CALL_OPEN) {
+            ToolFormat::Hermes
+        } else if src.contains(MISTRAL_CALLS) {
+            ToolFormat::Mistral {
+                marker: tokenizer.token_id(MISTRAL_CALLS),
+            }
+        } else if src.contains("<|start_header_id|>") && src.contains("parameters") {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Generic
+        }
+    }
+
+    /// The name `/v1/models` and the logs give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolFormat::Generic => "generic",
+            ToolFormat::Hermes => "hermes",
+            ToolFormat::Llama3 => "llama3",
+            ToolFormat::Mistral { .. } => "mistral",
+        }
+    }
+
+    /// Whether the template renders `tools`, calls and results itself.
+    pub fn native(self) -> bool {
+        !matches!(self, ToolFormat::Generic)
+    }
+
+    /// The key of a call object that holds the arguments.
+    fn args_key(self) -> &'static str {
+        match self {
+            ToolFormat::Llama3 => "parameters",
+            _ => "arguments",
+        }
+    }
+
+    /// The character every answer that calls begins with (its text, control tokens add none).
+    fn opener(self) -> char {
+        match self {
+            ToolFormat::Generic | ToolFormat::Hermes => '<',
+            ToolFormat::Llama3 => '{',
+            ToolFormat::Mistral { .. } => '[',
+        }
+    }
+
+    /// Whether the family can write several calls in one answer.
+    fn has_parallel_calls(self) -> bool {
+        !matches!(self, ToolFormat::Llama3)
+    }
+
+    /// The grammar an answer must follow: calls only (`required`, a named tool), or text
+    /// or calls (`auto`); several calls when the request allows them and the family can.
+    pub fn grammar(self, tools: &Tools) -> Option<GrammarRequest> {
+        let callable = tools.callable();
+        if callable.is_empty() {
+            return None;
+        }
+        let objects: Vec<Value> = callable
+            .iter()
+            .map(|t| call_schema(t, self.args_key()))
+            .collect();
+        let object = with_layout(match objects.len() {
+            1 => objects.into_iter().next().unwrap_or_default(),
+            _ => json!({"anyOf": objects}),
+        });
+        let several = self.has_parallel_calls()
+            && match tools.parallel {
+                Parallel::Off => false,
+                Parallel::Asked => true,
+                Parallel::ByDefault => self.native(),
+            };
+        let calls = match self {
+            ToolFormat::Mistral { marker } => {
+                let marker = match marker {
+                    Some(id) => format!("<[{id}]>"),
+                    None => format!("{MISTRAL_CALLS:?}"),
+                };
+                let more = if several { " (\", \" obj)*" } else { "" };
+                format!("calls: {marker} \"[\" obj{more} \"]\"")
+            }
+            ToolFormat::Llama3 => "calls: obj".to_string(),
+            ToolFormat::Generic | ToolFormat::Hermes => {
+                let more = if several { " (\"\\n\" call)*" } else { "" };
+                format!("calls: call{more}\ncall: \"{CALL_OPEN}\\n\" obj \"\\n{CALL_CLOSE}\"")
+            }
+        };
+        let start = match tools.choice {
+            ToolChoice::Auto => format!(
+                "start: text | calls\ntext: /[^{}][\\s\\S]*/",
+                regex_escape(self.opener())
+            ),
+            _ => "start: calls".to_string(),
+        };
+        Some(GrammarRequest {
+            spec: GrammarSpec::Lark(format!("{start}\n{calls}\nobj: %json {object}\n")),
+            param: "tools".into(),
+        })
+    }
+
+    /// How past calls are written into the text for a template that knows no tools: as the
+    /// model writes them.
+    pub fn write_calls(self, calls: &[ToolCall]) -> String {
+        calls
+            .iter()
+            .map(|c| {
+                let args: Value = serde_json::from_str(&c.arguments)
+                    .unwrap_or(Value::String(c.arguments.clone()));
+                let object = json!({"name": c.name, "arguments": args});
+                format!("{CALL_OPEN}\n{object}\n{CALL_CLOSE}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Whether an answer that begins with `text` is calls (`auto`; only the first character
+    /// counts, see the module doc).
+    pub fn begins_call(self, text: &str) -> bool {
+        text.starts_with(self.opener())
+    }
+
+    /// The calls in a whole answer; `None` when it is text (an `auto` answer that began as
+    /// text). A call cut off before its object closed (the budget or a stop string ended the
+    /// answer) is not one, so a cut answer may hold fewer calls than its stream began, or
+    /// none; its markup is never text.
+    pub fn parse(self, choice: &ToolChoice, text: &str) -> Option<Vec<ToolCall>> {
+        if *choice == ToolChoice::Auto && !self.begins_call(text) {
+            return None;
+        }
+        let mut stream = CallStream::new(self);
+        let mut calls: Vec<ToolCall> = Vec::new();
+        for piece in stream.push(text) {
+            match piece {
+                CallPiece::Start(name) => calls.push(ToolCall {
+                    name,
+                    arguments: String::new(),
+                }),
+                CallPiece::Arguments(a) => {
+                    if let Some(c) = calls.last_mut() {
+                        c.arguments.push_str(&a);
+                    }
+                }
+            }
+        }
+        calls.truncate(stream.closed);
+        Some(calls)
+    }
+}
+
+/// `c` inside a regex character class.
+fn regex_escape(c: char) -> String {
+    match c {
+        '[' | ']' | '\\' | '^' | '-' => format!("\\{c}"),
+        c => c.to_string(),
+    }
+}
+
+/// One tool's call object: its name as a constant and its parameters under `key`.
+fn call_schema(t: &Tool, key: &str) -> Value {
+    json!({
+        "type": "object",
+        "properties": {"name": {"const": t.name}, key: t.parameters},
+        "required": ["name", key],
+        "additionalProperties": false,
+    })
+}
+
+/// One piece of a streamed call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallPiece {
+    /// A call begins: its name.
+    Start(String),
+    /// More of the current call's argument text.
+    Arguments(String),
+}
+
+/// Reads calls out of an answer as it streams (see the module doc): each top-level JSON
+/// object is a call; its name is announced when its arguments key has been read, and its
+/// arguments are passed through as they arrive.
+#[derive(Debug)]
+pub struct CallStream {
+    /// `"arguments":` or `"parameters":`.
+    key: String,
+    text: String,
+    /// Bytes of `text` scanned.
+    at: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// Where the open call object starts, and whether its name was announced.
+    object: Option<(usize, bool)>,
+    /// Inside the arguments: the first byte not yet sent, and whether any was.
+    args: Option<(usize, bool)>,
+    /// Calls whose object closed.
+    closed: usize,
+}
+
+impl CallStream {
+    pub fn new(format: ToolFormat) -> Self {
+        CallStream {
+            key: format!("\"{}\":", format.args_key()),
+            text: String::new(),
+            at: 0,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+            object: None,
+            args: None,
+            closed: 0,
+        }
+    }
+
+    /// Whether a call began (its name was announced).
+    pub fn called(&self) -> bool {
+        self.closed > 0 || self.object.is_some_and(|(_, named)| named)
+    }
+
+    /// Adds `text` of the answer; returns what can be sent.
+    pub fn push(&mut self, text: &str) -> Vec<CallPiece> {
+        self.text.push_str(text);
+        let mut out = Vec::new();
+        while self.at < self.text.len() {
+            let b = self.text.as_bytes()[self.at];
+            self.at += 1;
+            let Some((start, named)) = self.object else {
+                // Markup between calls; a call's object opens.
+                if b == b'{' {
+                    self.object = Some((self.at - 1, false));
+                    self.depth = 1;
+                }
+                continue;
+            };
+            if self.in_string {
+                match b {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth <= 1 {
+                        // The arguments value closed (or, for a scalar, the object did).
+                        let end = if self.depth == 1 {
+                            self.at
+                        } else {
+                            self.at - 1
+                        };
+                        self.send_args(end, &mut out);
+                        self.args = None;
+                    }
+                    if self.depth == 0 {
+                        self.object = None;
+                        self.closed += 1;
+                    }
+                }
+                b':' if self.depth == 1 && !named && self.text[..self.at].ends_with(&self.key) => {
+                    let head = &self.text[start..self.at - self.key.len()];
+                    let head = format!("{}}}", head.trim_end().trim_end_matches(','));
+                    if let Some(name) = serde_json::from_str::<Value>(&head)
+                        .ok()
+                        .and_then(|v| v.get("name")?.as_str().map(str::to_string))
+                    {
+                        out.push(CallPiece::Start(name));
+                        self.object = Some((start, true));
+                        self.args = Some((self.at, false));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.send_args(self.at, &mut out);
+        out
+    }
+
+    /// Sends the arguments up to `end`: not the whitespace after the key, nor (for a scalar
+    /// that the object's brace ended) the whitespace before that brace.
+    fn send_args(&mut self, end: usize, out: &mut Vec<CallPiece>) {
+        let Some((mut from, begun)) = self.args else {
+            return;
+        };
+        if !begun {
+            from += self.text[from..end]
+                .bytes()
+                .take_while(u8::is_ascii_whitespace)
+                .count();
+        }
+        let closed = self.depth == 0;
+        let piece = match closed {
+            true => self.text[from..end].trim_end(),
+            false => &self.text[from..end],
+        };
+        if !piece.is_empty() {
+            out.push(CallPiece::Arguments(piece.to_string()));
+        }
+        self.args = Some((end, begun || !piece.is_empty()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools(choice: ToolChoice, parallel: Parallel) -> Tools {
+        Tools {
+            tools: vec![Tool {
+                name: "get_weather".into(),
+                description: Some("Weather in a city".into()),
+                parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+            }],
+            choice,
+            parallel,
+        }
+    }
+
+    /// Two calls in each family's syntax, as its model writes them.
+    fn answers() -> Vec<(ToolFormat, &'static str, usize)> {
+        vec![
+            (
+                ToolFormat::Hermes,
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome }\\\"{\"}}\n</tool_call>",
+                2,
+            ),
+            (
+                ToolFormat::Generic,
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",
+                1,
+            ),
+            (
+                ToolFormat::Llama3,
+                "{\"name\": \"get_weather\", \"parameters\": {\"city\": [\"a\", {\"b\": 1}]}}",
+                1,
+            ),
+            (
+                ToolFormat::Mistral { marker: None },
+                "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}, {\"name\": \"get_weather\", \"arguments\": {}}]",
+                2,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_split_of_a_stream_gives_exactly_the_parsed_calls() {
+        for (format, text, n) in answers() {
+            let calls = format.parse(&ToolChoice::Auto, text).unwrap();
+            assert_eq!(calls.len(), n, "{format:?}");
+            for c in &calls {
+                assert_eq!(c.name, "get_weather");
+                let v: Value = serde_json::from_str(&c.arguments).expect("arguments are JSON");
+                assert!(v.is_object(), "{format:?}: {}", c.arguments);
+                assert!(text.contains(&c.arguments));
+            }
+            for split in 0..=text.len() {
+                if !text.is_char_boundary(split) {
+                    continue;
+                }
+                let mut s = CallStream::new(format);
+                let mut pieces = s.push(&text[..split]);
+                pieces.extend(s.push(&text[split..]));
+                let mut streamed: Vec<ToolCall> = Vec::new();
+                for p in pieces {
+                    match p {
+                        CallPiece::Start(name) => streamed.push(ToolCall {
+                            name,
+                            arguments: String::new(),
+                        }),
+                        CallPiece::Arguments(a) => {
+                            streamed.last_mut().unwrap().arguments.push_str(&a)
+                        }
+                    }
+                }
+                assert_eq!(streamed, calls, "{format:?} split {split}");
+            }
+        }
+    }
+
+    #[test]
+    fn text_answers_and_cut_calls_are_not_calls() {
+        let f = ToolFormat::Hermes;
+        assert_eq!(f.parse(&ToolChoice::Auto, "Sunny. {\"name\": 1}"), None);
+        let cut = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci";
+        assert_eq!(f.parse(&ToolChoice::Required, cut), Some(Vec::new()));
+        assert_eq!(f.parse(&ToolChoice::Auto, cut), Some(Vec::new()));
+        assert_eq!(
+            ToolFormat::Llama3.parse(&ToolChoice::Auto, "<b>no</b>"),
+            None
+        );
+        // Arguments that are not an object end at the call's brace, whitespace and all.
+        let scalar = "{\"name\": \"f\", \"parameters\":  5 }";
+        let calls = ToolFormat::Llama3.parse(&ToolChoice::Auto, scalar).unwrap();
+        assert_eq!(calls[0].arguments, "5");
+    }
+
+    #[test]
+    fn grammars_follow_the_family_and_the_parallel_flag() {
+        let lark = |f: ToolFormat, t: &Tools| match f.grammar(t).unwrap().spec {
+            GrammarSpec::Lark(g) => g,
+            other => panic!("{other:?}"),
+        };
+        let g = lark(
+            ToolFormat::Hermes,
+            &tools(ToolChoice::Auto, Parallel::Asked),
+        );
+        assert!(g.starts_with("start: text | calls\ntext: /[^<]"), "{g}");
+        assert!(g.contains("(\"\\n\" call)*"), "{g}");
+        let g = lark(
+            ToolFormat::Hermes,
+            &tools(ToolChoice::Required, Parallel::Off),
+        );
+        assert!(g.starts_with("start: calls\n") && !g.contains(")*"), "{g}");
+        let g = lark(
+            ToolFormat::Mistral { marker: Some(5) },
+            &tools(ToolChoice::Auto, Parallel::Asked),
+        );
+        assert!(
+            g.contains("calls: <[5]> \"[\" obj (\", \" obj)* \"]\""),
+            "{g}"
+        );
+        assert!(g.contains("/[^\\[]"), "{g}");
+        // Anthropic's default: several only where the family has its own syntax.
+        let g = lark(
+            ToolFormat::Hermes,
+            &tools(ToolChoice::Auto, Parallel::ByDefault),
+        );
+        assert!(g.contains(")*"), "{g}");
+        let g = lark(
+            ToolFormat::Generic,
+            &tools(ToolChoice::Auto, Parallel::ByDefault),
+        );
+        assert!(!g.contains(")*"), "{g}");
+        // Llama 3 has no syntax for several calls.
+        let g = lark(
+            ToolFormat::Llama3,
+            &tools(ToolChoice::Auto, Parallel::Asked),
+        );
+        assert!(
+            g.contains("calls: obj\n") && g.contains("\"parameters\""),
+            "{g}"
+        );
+        assert!(ToolFormat::Hermes
+            .grammar(&tools(ToolChoice::None, Parallel::Asked))
+            .is_none());
+    }
+}
