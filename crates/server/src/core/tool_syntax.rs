@@ -364,17 +364,7 @@ impl CallStream {
 mod tests {
     use super::*;
 
-    fn tools(choice: ToolChoice, parallel: Parallel) -> Tools {
-        Tools {
-            tools: vec![Tool {
-                name: "get_weather".into(),
-                description: Some("Weather in a city".into()),
-                parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-            }],
-            choice,
-            parallel,
-        }
-    }
+    use crate::core::tools::tests::weather_tools as tools;
 
     /// Two calls in each family's syntax, as its model writes them.
     fn answers() -> Vec<(ToolFormat, &'static str, usize)> {

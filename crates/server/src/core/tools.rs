@@ -399,11 +399,12 @@ impl From<CallPiece> for AnswerPiece {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ferrox_engine::template::ChatToolCall;
 
-    fn tools(choice: ToolChoice) -> Tools {
+    /// One weather tool, for the tests here and in `tool_syntax.rs`.
+    pub(crate) fn weather_tools(choice: ToolChoice, parallel: Parallel) -> Tools {
         Tools {
             tools: vec![Tool {
                 name: "get_weather".into(),
@@ -411,8 +412,12 @@ mod tests {
                 parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
             }],
             choice,
-            parallel: Parallel::Asked,
+            parallel,
         }
+    }
+
+    fn tools(choice: ToolChoice) -> Tools {
+        weather_tools(choice, Parallel::Asked)
     }
 
     fn history() -> Vec<ChatMessage> {
