@@ -253,7 +253,7 @@ impl Encoder for Events {
                 "response.function_call_arguments.done",
                 json!({"arguments": arguments}),
             ));
-        } else {
+        } else if item["type"] == "message" {
             frames.extend(self.open_message());
             let text = item["content"][0]["text"]
                 .as_str()
@@ -269,10 +269,13 @@ impl Encoder for Events {
                 json!({"part": text_part_json(&text)}),
             ));
         }
-        frames.push(self.event(
-            "response.output_item.done",
-            json!({"output_index": self.index, "item": item}),
-        ));
+        // Calls cut before the first name was read opened no item: none to end.
+        if self.opened.is_some() {
+            frames.push(self.event(
+                "response.output_item.done",
+                json!({"output_index": self.index, "item": item}),
+            ));
+        }
         let done = if status == "completed" {
             "response.completed"
         } else {

@@ -406,3 +406,37 @@ async fn responses_function_calls_stream_and_continue() {
         .await;
     assert_eq!(status, 200, "{v}");
 }
+
+#[tokio::test]
+async fn a_call_cut_before_its_name_is_no_item_and_no_text() {
+    let s = TestServer::start(state()).await;
+    let w = &weather()["function"];
+    let body = json!({"input": "weather?", "max_output_tokens": 3, "temperature": 0,
+                      "tools": [{"type": "function", "name": w["name"],
+                                 "parameters": w["parameters"]}],
+                      "tool_choice": "required"});
+    let (status, whole) = s.post("/v1/responses", body.clone()).await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["status"], "incomplete");
+    assert_eq!(whole["output"], json!([]), "{whole}");
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let (_, events) = s.named_stream("/v1/responses", streamed).await;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.incomplete"
+        ]
+    );
+    // Chat: no call closed, so no tool_calls, and the markup is not content.
+    let (_, v) = s
+        .post("/v1/chat/completions", ask(json!({"max_tokens": 3})))
+        .await;
+    let message = &v["choices"][0]["message"];
+    assert_eq!(message["content"], Value::Null, "{v}");
+    assert!(message.get("tool_calls").is_none(), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+}
