@@ -57,9 +57,12 @@ impl ToolFormat {
         let Some(src) = source.filter(|s| s.contains("tools")) else {
             return ToolFormat::Generic;
         };
-        if src.contains(CALL_OPEN) {
+        // Templates of these families whose calls are not JSON objects (Qwen3-Coder's
+        // `<function=…>`, newer Mistral's `[TOOL_CALLS]name[ARGS]{…}`) get the generic
+        // family: the server writes their history, and the grammar asks for the Hermes shape.
+        if src.contains(CALL_OPEN) && !src.contains("<function=") {
             ToolFormat::Hermes
-        } else if src.contains(MISTRAL_CALLS) {
+        } else if src.contains(MISTRAL_CALLS) && !src.contains("[ARGS]") {
             ToolFormat::Mistral {
                 marker: tokenizer.token_id(MISTRAL_CALLS),
             }
@@ -144,8 +147,10 @@ impl ToolFormat {
             }
         };
         let start = match tools.choice {
+            // Text may not begin with whitespace either: a call after a newline would
+            // read as text.
             ToolChoice::Auto => format!(
-                "start: text | calls\ntext: /[^{}][\\s\\S]*/",
+                "start: text | calls\ntext: /[^{}\\s][\\s\\S]*/",
                 regex_escape(self.opener())
             ),
             _ => "start: calls".to_string(),
@@ -165,7 +170,7 @@ impl ToolFormat {
                 let args: Value = serde_json::from_str(&c.arguments)
                     .unwrap_or(Value::String(c.arguments.clone()));
                 let object = json!({"name": c.name, "arguments": args});
-                format!("{CALL_OPEN}\n{object}\n{CALL_CLOSE}")
+                format!("{CALL_OPEN}\n{}\n{CALL_CLOSE}", spaced_json(&object))
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -202,6 +207,48 @@ impl ToolFormat {
         }
         calls.truncate(stream.closed);
         Some(calls)
+    }
+}
+
+/// JSON in the layout the grammar gives the model's own calls (`", "` and `": "`,
+/// `core/grammar.rs`), so a past call reads as the model writes one.
+fn spaced_json(v: &Value) -> String {
+    struct Spaced;
+    impl serde_json::ser::Formatter for Spaced {
+        fn begin_array_value<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
+        fn begin_object_key<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
+        fn begin_object_value<W: ?Sized + std::io::Write>(
+            &mut self,
+            w: &mut W,
+        ) -> std::io::Result<()> {
+            w.write_all(b": ")
+        }
+    }
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
+    match serde::Serialize::serialize(v, &mut ser) {
+        Ok(()) => String::from_utf8(out).unwrap_or_default(),
+        Err(_) => v.to_string(),
     }
 }
 
@@ -268,9 +315,9 @@ impl CallStream {
         }
     }
 
-    /// Whether a call began (its name was announced).
+    /// Whether a call closed (what the buffered reply counts, so both give one reason).
     pub fn called(&self) -> bool {
-        self.closed > 0 || self.object.is_some_and(|(_, named)| named)
+        self.closed > 0
     }
 
     /// Adds `text` of the answer; returns what can be sent.
@@ -313,8 +360,11 @@ impl CallStream {
                         self.args = None;
                     }
                     if self.depth == 0 {
+                        // Only a named object is a call.
+                        if self.object.is_some_and(|(_, named)| named) {
+                            self.closed += 1;
+                        }
                         self.object = None;
-                        self.closed += 1;
                     }
                 }
                 b':' if self.depth == 1 && !named && self.text[..self.at].ends_with(&self.key) => {
@@ -434,6 +484,9 @@ mod tests {
         let cut = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci";
         assert_eq!(f.parse(&ToolChoice::Required, cut), Some(Vec::new()));
         assert_eq!(f.parse(&ToolChoice::Auto, cut), Some(Vec::new()));
+        // An object without a name is no call, so it cannot make a later cut one count.
+        let unnamed = format!("{{\"x\": 1}}{cut}");
+        assert_eq!(f.parse(&ToolChoice::Required, &unnamed), Some(Vec::new()));
         assert_eq!(
             ToolFormat::Llama3.parse(&ToolChoice::Auto, "<b>no</b>"),
             None
@@ -454,7 +507,7 @@ mod tests {
             ToolFormat::Hermes,
             &tools(ToolChoice::Auto, Parallel::Asked),
         );
-        assert!(g.starts_with("start: text | calls\ntext: /[^<]"), "{g}");
+        assert!(g.starts_with("start: text | calls\ntext: /[^<\\s]"), "{g}");
         assert!(g.contains("(\"\\n\" call)*"), "{g}");
         let g = lark(
             ToolFormat::Hermes,
@@ -469,7 +522,7 @@ mod tests {
             g.contains("calls: <[5]> \"[\" obj (\", \" obj)* \"]\""),
             "{g}"
         );
-        assert!(g.contains("/[^\\[]"), "{g}");
+        assert!(g.contains("/[^\\[\\s]"), "{g}");
         // Anthropic's default: several only where the family has its own syntax.
         let g = lark(
             ToolFormat::Hermes,

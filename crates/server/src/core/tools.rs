@@ -448,7 +448,7 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[1].name, "get_weather");
-        assert_eq!(calls[1].arguments, r#"{"city":"Rome"}"#);
+        assert_eq!(calls[1].arguments, r#"{"city": "Rome"}"#);
         assert_eq!(
             out[3].content,
             "Result of the tool get_weather: sunny\nResult of the tool get_weather: rain\nThanks."
