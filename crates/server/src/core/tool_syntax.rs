@@ -214,28 +214,27 @@ impl ToolFormat {
 /// `core/grammar.rs`), so a past call reads as the model writes one.
 fn spaced_json(v: &Value) -> String {
     struct Spaced;
+    /// `", "` before every item but the first.
+    fn separate<W: ?Sized + std::io::Write>(w: &mut W, first: bool) -> std::io::Result<()> {
+        match first {
+            true => Ok(()),
+            false => w.write_all(b", "),
+        }
+    }
     impl serde_json::ser::Formatter for Spaced {
         fn begin_array_value<W: ?Sized + std::io::Write>(
             &mut self,
             w: &mut W,
             first: bool,
         ) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                w.write_all(b", ")
-            }
+            separate(w, first)
         }
         fn begin_object_key<W: ?Sized + std::io::Write>(
             &mut self,
             w: &mut W,
             first: bool,
         ) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                w.write_all(b", ")
-            }
+            separate(w, first)
         }
         fn begin_object_value<W: ?Sized + std::io::Write>(
             &mut self,
