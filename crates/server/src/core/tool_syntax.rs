@@ -24,6 +24,7 @@
 //! the character a call begins with (`<`, `{` or `[`), so the first character of the answer
 //! tells the two apart exactly.
 
+use ferrox_engine::template::ChatToolCall;
 use ferrox_engine::tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
@@ -161,21 +162,6 @@ impl ToolFormat {
         })
     }
 
-    /// How past calls are written into the text for a template that knows no tools: as the
-    /// model writes them.
-    pub fn write_calls(self, calls: &[ToolCall]) -> String {
-        calls
-            .iter()
-            .map(|c| {
-                let args: Value = serde_json::from_str(&c.arguments)
-                    .unwrap_or(Value::String(c.arguments.clone()));
-                let object = json!({"name": c.name, "arguments": args});
-                format!("{CALL_OPEN}\n{}\n{CALL_CLOSE}", spaced_json(&object))
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
     /// Whether an answer that begins with `text` is calls (`auto`; only the first character
     /// counts, see the module doc).
     pub fn begins_call(self, text: &str) -> bool {
@@ -208,6 +194,20 @@ impl ToolFormat {
         calls.truncate(stream.closed);
         Some(calls)
     }
+}
+
+/// How past calls are written into the text for a template that knows no tools (the
+/// generic family): in the Hermes shape the grammar asks of the model, so they read as the
+/// model writes them.
+pub fn write_calls(calls: &[ChatToolCall]) -> String {
+    calls
+        .iter()
+        .map(|c| {
+            let object = json!({"name": c.name, "arguments": c.arguments});
+            format!("{CALL_OPEN}\n{}\n{CALL_CLOSE}", spaced_json(&object))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// JSON in the layout the grammar gives the model's own calls (`", "` and `": "`,

@@ -24,7 +24,9 @@ use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::reasoning::{Part, Splitter, Thinking};
-use crate::core::tool_syntax::{CallPiece, CallStream, ToolFormat, CALL_CLOSE, CALL_OPEN};
+use crate::core::tool_syntax::{
+    write_calls, CallPiece, CallStream, ToolFormat, CALL_CLOSE, CALL_OPEN,
+};
 
 /// A function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,7 +212,7 @@ pub fn prepare(
         }
         ToolFormat::Hermes | ToolFormat::Llama3 => messages,
         ToolFormat::Generic => {
-            let mut out = written_out(messages, format);
+            let mut out = written_out(messages);
             if let Some(t) = tools {
                 t.describe_in(&mut out);
             }
@@ -221,7 +223,7 @@ pub fn prepare(
 
 /// Calls and results written into the text: an assistant turn's calls after its text, a
 /// result as a user turn naming the tool (joined to a user turn beside it).
-fn written_out(messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<ChatMessage> {
+fn written_out(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::new();
     let mut last_was_result = false;
     for m in messages {
@@ -229,19 +231,11 @@ fn written_out(messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<ChatMessag
         let m = if result {
             ChatMessage::new("user", render_result(m.name.as_deref(), &m.content))
         } else if !m.tool_calls.is_empty() {
-            let calls: Vec<ToolCall> = m
-                .tool_calls
-                .iter()
-                .map(|c| ToolCall {
-                    name: c.name.clone(),
-                    arguments: c.arguments.to_string(),
-                })
-                .collect();
             let mut content = m.content.clone();
             if !content.is_empty() {
                 content.push('\n');
             }
-            content.push_str(&format.write_calls(&calls));
+            content.push_str(&write_calls(&m.tool_calls));
             ChatMessage::new(m.role, content)
         } else {
             m

@@ -227,7 +227,7 @@ fn parse_input(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
             for (i, item) in items.into_iter().enumerate() {
                 match input_item(item, &format!("input[{i}]"))? {
                     // Calls one after another are one assistant turn's (parallel calls).
-                    Input1::Call(call) => match out.last_mut() {
+                    InputItem::Call(call) => match out.last_mut() {
                         Some(last) if last.role == "assistant" => last.tool_calls.push(call),
                         _ => {
                             let mut m = ChatMessage::new("assistant", "");
@@ -235,7 +235,7 @@ fn parse_input(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
                             out.push(m);
                         }
                     },
-                    Input1::Message(m) => out.push(m),
+                    InputItem::Message(m) => out.push(m),
                 }
             }
             Ok(out)
@@ -251,7 +251,7 @@ fn parse_input(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError> {
 }
 
 /// One input item, as a message or a past call.
-enum Input1 {
+enum InputItem {
     Message(ChatMessage),
     Call(ChatToolCall),
 }
@@ -259,7 +259,7 @@ enum Input1 {
 /// A message item: `role`, `content` (a string or text parts), and the optional `type:
 /// "message"`, `id` and `status` of an output item sent back as input; or a past
 /// `function_call` and its `function_call_output` (a `tool` message).
-fn input_item(item: Value, path: &str) -> Result<Input1, ApiError> {
+fn input_item(item: Value, path: &str) -> Result<InputItem, ApiError> {
     let mut m = Fields::nested(item, path)?;
     m.accept("id");
     m.accept("status");
@@ -270,13 +270,13 @@ fn input_item(item: Value, path: &str) -> Result<Input1, ApiError> {
             let name: String = m.require("name")?;
             let arguments: String = m.require("arguments")?;
             m.finish()?;
-            return Ok(Input1::Call(ChatToolCall::from_text(call_id, name, &arguments)));
+            return Ok(InputItem::Call(ChatToolCall::from_text(call_id, name, &arguments)));
         }
         Some("function_call_output") => {
             let call_id: String = m.require("call_id")?;
             let output: String = m.require("output")?;
             m.finish()?;
-            return Ok(Input1::Message(ChatMessage::tool_result(call_id, output)));
+            return Ok(InputItem::Message(ChatMessage::tool_result(call_id, output)));
         }
         Some(ty) => {
             return Err(ApiError::invalid(
@@ -287,7 +287,7 @@ fn input_item(item: Value, path: &str) -> Result<Input1, ApiError> {
     }
     let message = message_fields(&mut m, &["input_text", "output_text"])?;
     m.finish()?;
-    Ok(Input1::Message(message))
+    Ok(InputItem::Message(message))
 }
 
 pub async fn create(
