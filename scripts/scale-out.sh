@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Scale-out on an existing gateway: two `ferrox serve` replicas of the default model behind the
-# SGLang Model Gateway (`smg`, from PyPI) with its cache-aware policy, all on loopback; then
+# SGLang Model Gateway (`smg`, from PyPI) with its cache-aware policy, all on loopback, with an
+# API key required as the manifests require one (smg registers a replica by reading its
+# /v1/models with `--api-key`, and passes each client's own key on); then
 # tests/scale_out/check.py runs conversations through the gateway (they must all succeed and
 # stay on the replica holding their prefix) and kills a replica mid-run (the gateway must move
 # on). Installs `smg` if it is missing. The exit status is the check's.
@@ -36,11 +38,13 @@ wait_health() { # url pid what
 }
 
 urls=()
+# As the manifests run them: a key required, /metrics public for the scraper.
+export FERROX_API_KEY="sk-scale-out-$RANDOM$RANDOM"
 # One thread each: two replicas share the machine's two cores.
 for i in 1 2; do
     port=$(free_port)
     target/debug/ferrox serve --host 127.0.0.1 --port "$port" --threads 1 -a default \
-        >"$logs/replica$i.log" 2>&1 &
+        --metrics-public >"$logs/replica$i.log" 2>&1 &
     pids+=($!)
     urls+=("http://127.0.0.1:$port")
 done
@@ -49,9 +53,10 @@ for i in 0 1; do wait_health "${urls[$i]}" "${pids[$i]}" "replica $((i + 1))"; d
 gport=$(free_port)
 smg launch --host 127.0.0.1 --port "$gport" --worker-urls "${urls[@]}" \
     --policy "${POLICY:-cache_aware}" --health-check-interval-secs 2 --health-failure-threshold 1 \
-    --prometheus-port "$(free_port)" --log-level warn >"$logs/gateway.log" 2>&1 &
+    --prometheus-port "$(free_port)" --log-level warn --api-key "$FERROX_API_KEY" \
+    >"$logs/gateway.log" 2>&1 &
 pids+=($!)
 wait_health "http://127.0.0.1:$gport" "${pids[2]}" "the gateway"
 
-GATEWAY_URL="http://127.0.0.1:$gport" REPLICA_URLS="${urls[*]}" KILL_PID="${pids[1]}" \
+API_KEY="$FERROX_API_KEY" GATEWAY_URL="http://127.0.0.1:$gport" REPLICA_URLS="${urls[*]}" KILL_PID="${pids[1]}" \
     python3 tests/scale_out/check.py || { tail -20 "$logs"/gateway.log; exit 1; }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use ferrox_sched::{KvBudget, Pooling, SchedulerConfig};
 use ferrox_server::{
-    ApiKeys, AppState, KeepAlive, ModelsConfig, Registry, ServerConfig, TlsConfig,
+    ApiKeys, AppState, HostPolicy, KeepAlive, ModelsConfig, Registry, ServerConfig, TlsConfig,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, env = "FERROX_KEEP_ALIVE", allow_hyphen_values = true)]
     pub keep_alive: Option<String>,
     /// Address to listen on. The default is loopback only; use 0.0.0.0 to accept remote
-    /// clients (then set --api-key).
+    /// clients under any Host name (then set --api-key).
     #[arg(long, env = "FERROX_HOST", default_value = "127.0.0.1")]
     pub host: String,
     #[arg(long, env = "FERROX_PORT", default_value_t = 8080)]
@@ -96,9 +96,10 @@ pub struct ServeArgs {
     /// used evicted first).
     #[arg(long, env = "FERROX_RESPONSES_MAX_ENTRIES", default_value_t = ServerConfig::default().responses_max_entries)]
     pub responses_max_entries: usize,
-    /// Host names clients may use besides loopback ones (comma-separated; `*`: any). The
-    /// `--host` address is added when it is a specific one. Requests naming another host in
-    /// `Host` get 403 (DNS rebinding protection).
+    /// Answer only these `Host` names besides loopback ones (comma-separated; `*`: any; the
+    /// `--host` address is added when it is a specific one); others get 403. Default: on a
+    /// loopback address, loopback names only (DNS rebinding protection); on any other
+    /// address, every name (the server is meant to be reached over the network).
     #[arg(long, env = "FERROX_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
     /// Most bytes the Responses API's store holds.
@@ -292,14 +293,8 @@ impl ServeArgs {
             default_max_tokens: self.default_max_tokens,
             responses_max_entries: self.responses_max_entries,
             responses_max_bytes: self.responses_max_bytes,
-            allowed_hosts: {
-                let mut hosts = self.allowed_hosts.clone();
-                let unspecified = matches!(self.host.as_str(), "0.0.0.0" | "::" | "[::]");
-                if !unspecified {
-                    hosts.push(self.host.trim_matches(|c| c == '[' || c == ']').to_string());
-                }
-                hosts
-            },
+            // Set once the listener is bound: it depends on the address (`HostPolicy`).
+            hosts: HostPolicy::loopback(),
             // Zero would close every connection at once: at least a second.
             header_timeout: Duration::from_secs(self.header_timeout.max(1)),
             body_timeout: Duration::from_secs(self.body_timeout.max(1)),
@@ -356,7 +351,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
 
 async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String> {
     // Before binding: a bad key file, certificate or model list stops the server here.
-    let config = args.server_config()?;
+    let mut config = args.server_config()?;
     let listed = args.models()?;
     let scheme = if config.tls.is_some() {
         "https"
@@ -371,15 +366,32 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
     tracing::info!(
         "listening on {scheme}://{local} (loading the model; /health is 503 until ready)"
     );
-    let loopback = local.ip().is_loopback();
-    if !loopback && config.api_keys.is_empty() {
+    config.hosts = HostPolicy::for_listener(local.ip(), &args.host, &args.allowed_hosts);
+    // Say exactly what this listener will answer, and to whom.
+    let clients = if local.ip().is_loopback() {
+        "clients on this machine"
+    } else {
+        "every client that can reach this address"
+    };
+    let keys = if config.api_keys.is_empty() {
+        "no API key: every route is open".to_string()
+    } else {
+        format!(
+            "API keys: {} configured, every route but /health{} needs one",
+            config.api_keys.len(),
+            if config.metrics_public {
+                " and /metrics"
+            } else {
+                ""
+            }
+        )
+    };
+    tracing::info!("serving {clients}, {}; {keys}", config.hosts.describe());
+    if !local.ip().is_loopback() && config.api_keys.is_empty() {
         tracing::warn!(
             "listening on {local} without an API key: anyone who can reach it can use it \
              (set --api-key or FERROX_API_KEY)"
         );
-    }
-    if !config.api_keys.is_empty() {
-        tracing::info!("API keys: {} configured", config.api_keys.len());
     }
     let state = AppState::new(config, models);
     let grace = Duration::from_secs(args.shutdown_grace);

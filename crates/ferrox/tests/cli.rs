@@ -181,6 +181,18 @@ fn serve_refuses_half_a_tls_pair_and_warns_about_an_open_bind_without_a_key() {
     assert!(err.contains("no-cert.pem"), "{err}");
     let err = serve(&["--host", "0.0.0.0", "--port", "0", "-m", "missing.gguf"]);
     assert!(err.contains("without an API key"), "{err}");
+    assert!(err.contains("under any Host name"), "{err}");
+    let err = serve(&["--port", "0", "-m", "missing.gguf"]);
+    assert!(err.contains("Host is a loopback name"), "{err}");
+    let err = serve(&[
+        "--port",
+        "0",
+        "--allowed-hosts",
+        "ferrox.lan",
+        "-m",
+        "missing.gguf",
+    ]);
+    assert!(err.contains("one of ferrox.lan, 127.0.0.1"), "{err}");
     let err = serve(&[
         "--host",
         "0.0.0.0",

@@ -30,13 +30,42 @@ fn n(y: &Yaml) -> i64 {
     y.as_i64().unwrap_or_else(|| panic!("not a number: {y:?}"))
 }
 
-/// `ferrox serve --help`'s default port and the Dockerfile's agree; returns it.
+/// The port the image serves on: `ferrox serve --help`'s default, the Dockerfile's
+/// `FERROX_PORT` and its `EXPOSE` must all say the same; returns it.
 fn serving_port() -> i64 {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(["serve", "--help"])
+        .env_remove("FERROX_PORT")
+        .output()
+        .expect("ferrox starts");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let port_flag = help
+        .split("--port")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no --port in ferrox serve --help:\n{help}"));
+    let default: i64 = port_flag
+        .split("[default: ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no default for --port:\n{help}"));
     let docker = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
-    assert!(docker.contains("FERROX_PORT=8080"), "the image's port");
-    assert!(docker.contains("EXPOSE 8080"), "the image's exposed port");
+    let port = |word: Option<&str>, what: &str| -> i64 {
+        let word = word.unwrap_or_else(|| panic!("no {what} in the Dockerfile"));
+        word.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{what} {word:?} is not a port"))
+    };
+    let env_port = docker
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("FERROX_PORT="));
+    let exposed = docker
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("EXPOSE "));
+    assert_eq!(port(env_port, "FERROX_PORT"), default, "the image's port");
+    assert_eq!(port(exposed, "EXPOSE"), default, "the image's exposed port");
     assert!(docker.contains("USER 10001"), "the image's user");
-    8080
+    default
 }
 
 #[test]
@@ -104,6 +133,20 @@ fn the_gateway_discovers_the_replicas() {
         n(&container["ports"][0]["containerPort"]).to_string(),
         listen
     );
+    // It registers a pod by reading its /v1/models, which needs the replicas' key: the
+    // same Secret, passed to smg.
+    assert!(command.contains("--api-key"), "{command}");
+    let secret_of = |container: &Yaml| {
+        container["env"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|v| s(&v["name"]) == "FERROX_API_KEY")
+            .map(|v| v["valueFrom"]["secretKeyRef"].clone())
+            .expect("FERROX_API_KEY")
+    };
+    let replica = &kind(&replicas, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(secret_of(container), secret_of(replica));
     // It may watch pods, and that is all.
     let role = kind(&docs, "Role");
     let rule = &role["rules"][0];

@@ -15,7 +15,8 @@
 //!
 //! Layers, dependencies pointing inward: the protocol adapters ([`openai`], [`anthropic`],
 //! [`llamacpp`]), which never import each other; [`core`], which knows no wire format and no
-//! status; [`http`] plumbing. Beside them: [`state`], [`models`] (the registry of every
+//! status; [`http`] plumbing. Beside them: [`config`] (the server's knobs and the `Host`
+//! names it answers), [`state`], [`models`] (the registry of every
 //! model: load on demand, hot swap, unload), [`routes`] (the router, each protocol's
 //! routes in its error shape), [`server`] (sockets, connection timeouts and graceful shutdown),
 //! [`tls`] (HTTPS on rustls), [`client`] (a small
@@ -25,6 +26,7 @@
 
 pub mod anthropic;
 pub mod client;
+pub mod config;
 pub mod core;
 pub mod http;
 pub mod llamacpp;
@@ -37,8 +39,9 @@ pub mod tls;
 
 pub use crate::core::error::ApiError;
 pub use crate::http::auth::ApiKeys;
+pub use config::{HostPolicy, ServerConfig};
 pub use models::{KeepAlive, ModelsConfig, Registry};
 pub use routes::{app, check_cors_origin, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
-pub use state::{AppState, Generator, ServerConfig};
+pub use state::{AppState, Generator};
 pub use tls::TlsConfig;

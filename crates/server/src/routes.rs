@@ -109,16 +109,20 @@ pub fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
             timeout: state.config.body_timeout,
         }))
         .layer(middleware::from_fn_with_state(
+            std::sync::Arc::clone(&state.in_flight),
+            crate::http::in_flight::track,
+        ))
+        .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
             track_requests,
         ))
         .with_state(state)
 }
 
-/// 403 for a `Host` this server does not answer to (`ServerConfig::host_allowed`). A
+/// 403 for a `Host` this server does not answer to (`HostPolicy::allows`). A
 /// request without one (HTTP/1.0) passes.
 async fn check_host(
-    State(config): State<std::sync::Arc<crate::state::ServerConfig>>,
+    State(config): State<std::sync::Arc<crate::config::ServerConfig>>,
     req: Request,
     next: middleware::Next,
 ) -> Response {
@@ -127,7 +131,7 @@ async fn check_host(
         .get(header::HOST)
         .map(|h| h.to_str().unwrap_or("?").to_string());
     match host {
-        Some(h) if !config.host_allowed(&h) => ApiError::HostNotAllowed { host: h }.into_response(),
+        Some(h) if !config.hosts.allows(&h) => ApiError::HostNotAllowed { host: h }.into_response(),
         _ => next.run(req).await,
     }
 }

@@ -17,7 +17,8 @@
 //!
 //! On the shutdown signal (SIGINT or SIGTERM in the binary; any future in tests) the
 //! listener closes at once and idle connections are closed; in-flight requests get
-//! `grace` to finish. After that every stream still running sends its protocol's error event
+//! `grace` to finish. A request is in flight once it is whole (`http/in_flight.rs`): a
+//! connection still sending its headers or body is not waited for. After that every stream still running sends its protocol's error event
 //! and terminator, and [`run`] returns: the runtime drops what is still running (a
 //! connection stuck mid-headers or mid-body included), each dropped generation cancels its
 //! requests, and the process exits 0.
@@ -107,6 +108,13 @@ pub async fn run(
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     tokio::select! {
         () = graceful.shutdown() => {}
+        // hyper would also wait for connections that never sent a whole request (a stalled
+        // client mid-headers or mid-body); once every whole request is answered, the last
+        // responses get a moment to leave and the rest is dropped (`http/in_flight.rs`).
+        () = async {
+            state.in_flight.idle().await;
+            tokio::time::sleep(STREAM_FLUSH).await;
+        } => {}
         () = tokio::time::sleep(grace) => {
             tracing::warn!("grace period of {grace:?} over: cancelling the requests still running");
             // Streams end with their protocol's error event; give them a moment to send it.

@@ -9,120 +9,21 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferrox_engine::template::ChatTemplate;
 use ferrox_engine::Model;
 use ferrox_sched::{Pooling, Scheduler, SchedulerConfig, SchedulerHandle};
 
+use crate::config::ServerConfig;
 use crate::core::error::ApiError;
 use crate::core::grammar::Grammars;
 use crate::core::reasoning::{self, Thinking};
 use crate::core::tool_syntax::ToolFormat;
-use crate::http::auth::ApiKeys;
+use crate::http::in_flight::InFlight;
 use crate::http::metrics::Metrics;
-use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::models::{ModelsConfig, Registry};
-use crate::openai::store::{self, ResponseStore};
-use crate::tls::TlsConfig;
-
-/// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
-/// binary from flags and environment, by tests directly.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerConfig {
-    /// Largest request body; larger ones get 413.
-    pub max_body_bytes: usize,
-    /// `max_tokens` when a request gives none, capped by the context left after the prompt.
-    /// KV grows as a request generates, so this reserves nothing; it only bounds a runaway
-    /// generation that never emits an end-of-turn token (2048 unless the client asks for
-    /// more).
-    pub default_max_tokens: usize,
-    /// Caps of the Responses API's store (`openai/store.rs`): most responses kept, and most
-    /// bytes; past either, the least recently used are evicted.
-    pub responses_max_entries: usize,
-    pub responses_max_bytes: usize,
-    /// Host names (without port) requests may name in `Host` besides the loopback ones
-    /// (`localhost`, `127.0.0.1`, `::1`); `*` allows any. Protects a local server from DNS
-    /// rebinding: a web page whose name resolves to 127.0.0.1 still sends its own name.
-    pub allowed_hosts: Vec<String>,
-    /// How long a connection may take to send a request's headers, counted from when it
-    /// opens or from the end of its previous response: a slowloris connection, or a
-    /// keep-alive one left idle, is closed after it (`server.rs`).
-    pub header_timeout: Duration,
-    /// How long a whole request body may take to arrive: then 408, and the connection is
-    /// closed.
-    pub body_timeout: Duration,
-    /// Most connections served at once; more wait in the listener's backlog until one
-    /// closes, so a flood of idle sockets cannot take every file descriptor.
-    pub max_connections: usize,
-    /// With any key, every route but `/health` needs one (`http/auth.rs`).
-    pub api_keys: ApiKeys,
-    /// Serve `/metrics` without a key even when keys are configured (for a scraper).
-    pub metrics_public: bool,
-    /// Origins a browser may call from (exact `scheme://host[:port]` matches; `*`: any);
-    /// empty: no CORS headers at all.
-    pub cors_origins: Vec<String>,
-    /// Serve HTTPS with this certificate (`--tls-cert`, `--tls-key`); `None`: plain HTTP.
-    pub tls: Option<TlsConfig>,
-    /// How embeddings pool (`--pooling`); `None`: as the GGUF says (`pooling_type`), else
-    /// the mean.
-    pub pooling: Option<Pooling>,
-    /// Split a thinking model's `<think>` block from its answer (`--reasoning-format`;
-    /// `core/reasoning.rs`).
-    pub reasoning: bool,
-}
-
-impl ServerConfig {
-    /// Whether a request's `Host` header value may be served.
-    pub fn host_allowed(&self, host: &str) -> bool {
-        let name = match host.strip_prefix('[') {
-            // An IPv6 literal: `[::1]:8080`.
-            Some(rest) => rest.split(']').next().unwrap_or(""),
-            None => host.rsplit_once(':').map_or(host, |(name, port)| {
-                if port.chars().all(|c| c.is_ascii_digit()) {
-                    name
-                } else {
-                    host
-                }
-            }),
-        };
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
-            || self
-                .allowed_hosts
-                .iter()
-                .any(|a| a == "*" || a.eq_ignore_ascii_case(&name))
-    }
-}
-
-/// How long a connection may take to send a request's headers, by default: hyper's own
-/// default (nginx's `client_header_timeout` is 60 s).
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Connections served at once, by default: far above what 16 batched sequences need, and
-/// well under a default file-descriptor limit of 1024.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            default_max_tokens: 2048,
-            responses_max_entries: store::DEFAULT_MAX_ENTRIES,
-            responses_max_bytes: store::DEFAULT_MAX_BYTES,
-            allowed_hosts: Vec::new(),
-            header_timeout: DEFAULT_HEADER_TIMEOUT,
-            body_timeout: DEFAULT_BODY_TIMEOUT,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            api_keys: ApiKeys::default(),
-            metrics_public: false,
-            cors_origins: Vec::new(),
-            tls: None,
-            pooling: None,
-            reasoning: true,
-        }
-    }
-}
+use crate::openai::store::ResponseStore;
 
 /// Everything a generation on one model needs, built once when the model has loaded. Every
 /// generating route takes it (through [`crate::models::Pinned`]), and `generate.rs` is the
@@ -250,6 +151,8 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Stored responses of the Responses API; they outlive any one model.
     pub responses: Arc<ResponseStore>,
+    /// Whole requests being answered: what a graceful shutdown waits for.
+    pub in_flight: Arc<InFlight>,
     /// Set once the default model has loaded at start: `/health` answers 503 until then.
     ready: Arc<AtomicBool>,
     /// Set on the shutdown signal: `/health` answers 503 from then on, so a load balancer
@@ -272,6 +175,7 @@ impl AppState {
                 config.responses_max_bytes,
             )),
             config,
+            in_flight: Arc::default(),
             ready: Arc::new(AtomicBool::new(false)),
             draining: Arc::new(AtomicBool::new(false)),
         }

@@ -25,7 +25,6 @@ use axum::Json;
 use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Value};
 
-use super::error_object;
 use super::parse::{parse_count_tokens, parse_messages};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, prompt_ids, Finish, Generation, RequestUsage};
@@ -292,10 +291,10 @@ impl Encoder for Events {
         vec![event("message_stop", json!({}))]
     }
 
+    /// The same body and error type as the route's own error answer (a shutdown's cut is
+    /// an `overloaded_error`, as its 503 would be).
     fn fail(&mut self, _: &Generation, e: &ApiError) -> Vec<Frame> {
-        vec![event(
-            "error",
-            json!({"error": error_object(e, "api_error")}),
-        )]
+        let status = crate::http::errors::status(e);
+        vec![event("error", super::error_body(e, status))]
     }
 }

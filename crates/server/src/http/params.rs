@@ -12,6 +12,7 @@
 //! A `null` value means "not given" for every parameter we know, as the OpenAI API treats it
 //! (some SDKs send explicit nulls). An unknown name is refused even with a `null` value.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::async_trait;
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Number, Value};
 
 use crate::core::error::ApiError;
+use crate::http::in_flight::Ticket;
 
 /// The body, parsed as JSON, with size and syntax errors in the API's shape (413 / 400)
 /// instead of axum's plain-text rejections. The limit is the router's [`BodyLimit`], which
@@ -55,7 +57,12 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .get::<BodyLimit>()
             .copied()
             .unwrap_or_default();
+        let ticket = req.extensions().get::<Arc<Ticket>>().cloned();
         let bytes = read_limited(req.into_body(), limit).await?;
+        // Whole: from now on a shutdown waits for this request.
+        if let Some(ticket) = ticket {
+            ticket.start();
+        }
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::MalformedJson {

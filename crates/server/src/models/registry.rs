@@ -19,9 +19,10 @@ use ferrox_sched::{Limits, SchedulerConfig};
 use tokio::sync::watch;
 
 use super::keep_alive::KeepAlive;
+use crate::config::ServerConfig;
 use crate::core::error::ApiError;
 use crate::http::metrics::Metrics;
-use crate::state::{Generator, ServerConfig};
+use crate::state::Generator;
 
 /// What the registry loads models with, and what bounds it.
 #[derive(Debug, Clone)]

@@ -418,7 +418,10 @@ fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     for (k, item) in items.into_iter().enumerate() {
         let mut c = Fields::nested(item, &format!("{base}[{k}]"))?;
         let id: String = c.require("id")?;
-        c.take::<String>("type")?;
+        // OpenAI requires it, and a call of another type is not a function call to replay.
+        if c.require::<String>("type")? != "function" {
+            return Err(ApiError::invalid(c.path("type"), "must be \"function\""));
+        }
         let fpath = c.path("function");
         let func = c
             .take_raw("function")
@@ -563,6 +566,27 @@ mod tests {
             Some("tools[0].type")
         );
         assert_eq!(param(json!({"messages": []})).as_deref(), Some("messages"));
+        // A past call's type, as a tool's: a function, said so.
+        let call = |call: Value| {
+            json!({"messages": [{"role": "user", "content": "x"},
+                                {"role": "assistant", "tool_calls": [call]}]})
+        };
+        let function = json!({"name": "f", "arguments": "{}"});
+        assert_eq!(
+            param(call(
+                json!({"id": "c", "type": "retrieval", "function": function})
+            ))
+            .as_deref(),
+            Some("messages[1].tool_calls[0].type")
+        );
+        assert_eq!(
+            param(call(json!({"id": "c", "function": function}))).as_deref(),
+            Some("messages[1].tool_calls[0].type")
+        );
+        assert!(chat(call(
+            json!({"id": "c", "type": "function", "function": function})
+        ))
+        .is_ok());
         assert_eq!(
             param(json!({"max_tokens": 0})).as_deref(),
             Some("max_tokens")

@@ -7,6 +7,8 @@ use ferrox_sched::SchedulerConfig;
 use ferrox_server::ServerConfig;
 use serde_json::json;
 
+use ferrox_server::client::SseEvent;
+
 use crate::common::{slow, synthetic_state, TestServer};
 
 /// Long enough that it cannot finish during a test (thousands of slow-model tokens).
@@ -139,8 +141,10 @@ async fn shutdown_finishes_in_flight_requests_then_stops() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_cancels_what_outlives_the_grace_period() {
+/// Starts a stream on `path` with `body` on a server with a 300 ms grace, signals shutdown
+/// and returns the events that followed the first one, once the server has stopped; checks
+/// the stream's request was cancelled and its KV blocks came back.
+async fn cut_by_the_grace(path: &str, body: serde_json::Value) -> Vec<SseEvent> {
     // The server on a runtime of its own, as in the binary, which drops that runtime (and
     // with it every connection still open) once `run` returns.
     let state = synthetic_state(&slow(), SchedulerConfig::default(), ServerConfig::default());
@@ -166,29 +170,22 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
         },
         grace,
     ));
-    let mut events = endpoint
-        .post_json("/v1/completions", &long(true))
-        .await
-        .unwrap()
-        .events();
-    events.next_data().await.unwrap();
+    let response = endpoint.post_json(path, &body).await.unwrap();
+    assert_eq!(response.status, 200, "{path}");
+    let mut events = response.events();
+    events.next_event().await.unwrap();
     let started = Instant::now();
     stop.send(()).unwrap();
     served.await.unwrap().unwrap();
     let waited = started.elapsed();
     assert!(
         waited >= grace && waited < Duration::from_secs(5),
-        "{waited:?}"
+        "{path}: {waited:?}"
     );
-    // The stream ended with OpenAI's error event and terminator, not cut mid-body.
     let mut tail = Vec::new();
-    while let Ok(Some(data)) = events.next_data().await {
-        tail.push(data);
+    while let Ok(Some(event)) = events.next_event().await {
+        tail.push(event);
     }
-    let end = &tail[tail.len().saturating_sub(2)..];
-    assert_eq!(end.last().map(String::as_str), Some("[DONE]"), "{end:?}");
-    let error: serde_json::Value = serde_json::from_str(&end[0]).unwrap();
-    assert_eq!(error["error"]["code"], "shutting_down", "{end:?}");
     server_rt.shutdown_background();
     // Its request is cancelled.
     let status = || state.generator().unwrap().scheduler.status();
@@ -197,7 +194,128 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let st = status();
-    assert_eq!((st.running, st.finished.cancelled), (0, 1), "{st:?}");
-    assert_eq!(st.blocks_free, st.blocks_total);
+    assert_eq!(
+        (st.running, st.finished.cancelled),
+        (0, 1),
+        "{path}: {st:?}"
+    );
+    assert_eq!(st.blocks_free, st.blocks_total, "{path}");
     drop(events);
+    tail
+}
+
+fn json_of(event: &SseEvent) -> serde_json::Value {
+    serde_json::from_str(&event.data).unwrap_or_else(|e| panic!("{event:?}: {e}"))
+}
+
+/// What a long greedy chat asks on every chat protocol (greedy: on the random-weight model
+/// it is the same tokens every run, none of them an end of turn for thousands of tokens).
+fn chat(extra: serde_json::Value) -> serde_json::Value {
+    let mut body = json!({"messages": [{"role": "user", "content": "hello"}],
+                          "max_tokens": 12000, "temperature": 0, "stream": true});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cancels_what_outlives_the_grace_period_with_each_protocols_ending() {
+    // OpenAI: an error object, then the terminator.
+    let tail = cut_by_the_grace("/v1/completions", long(true)).await;
+    let end = &tail[tail.len().saturating_sub(2)..];
+    assert_eq!(
+        end.last().map(|e| e.data.as_str()),
+        Some("[DONE]"),
+        "{end:?}"
+    );
+    assert_eq!(
+        json_of(&end[0])["error"]["code"],
+        "shutting_down",
+        "{end:?}"
+    );
+    // Anthropic: an `error` event ends the stream (no message_stop after it).
+    let tail = cut_by_the_grace("/v1/messages", chat(json!({"model": "synthetic"}))).await;
+    let last = tail.last().expect("events after the first");
+    assert_eq!(last.event.as_deref(), Some("error"), "{tail:?}");
+    let error = json_of(last);
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "overloaded_error", "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("shut"),
+        "{error}"
+    );
+    assert!(tail
+        .iter()
+        .all(|e| e.event.as_deref() != Some("message_stop")));
+    // Responses: `response.failed`, with the response marked failed.
+    let body = json!({"input": "hello", "max_output_tokens": 12000, "temperature": 0,
+                      "stream": true});
+    let tail = cut_by_the_grace("/v1/responses", body).await;
+    let last = tail.last().expect("events after the first");
+    assert_eq!(last.event.as_deref(), Some("response.failed"), "{tail:?}");
+    assert_eq!(json_of(last)["response"]["status"], "failed", "{last:?}");
+    // llama.cpp: a last data line that is its error object.
+    let body = json!({"prompt": "hello", "n_predict": 12000, "ignore_eos": true,
+                      "stream": true});
+    let tail = cut_by_the_grace("/completion", body).await;
+    let last = json_of(tail.last().expect("events after the first"));
+    assert_eq!(last["error"]["code"], 503, "{last}");
+    assert!(
+        last["error"]["message"].as_str().unwrap().contains("shut"),
+        "{last}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_requests_that_never_arrived_whole() {
+    use tokio::io::AsyncWriteExt;
+    // A grace far longer than the test may take: only what is in flight may hold it.
+    let grace = Duration::from_secs(60);
+    let state = synthetic_state(&slow(), SchedulerConfig::default(), ServerConfig::default());
+    let mut s = TestServer::start_with_grace(state, grace).await;
+    let addr = s.endpoint.authority.clone();
+    // One connection mid-headers, one with its headers and half its body.
+    let mut half_headers = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half_headers
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+        .await
+        .unwrap();
+    let mut half_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half_body
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"prompt\": \"hel",
+        )
+        .await
+        .unwrap();
+    // And one whole request, short, which is waited for and answered.
+    let whole = s
+        .post_raw(
+            "/v1/completions",
+            json!({"prompt": "hello", "max_tokens": 40, "ignore_eos": true, "stream": true}),
+        )
+        .await;
+    let mut events = whole.events();
+    events.next_data().await.unwrap();
+    // Both half-sent requests reached the server before the signal.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let stopped = s.trigger_shutdown();
+    let mut data = Vec::new();
+    while let Some(d) = events.next_data().await.unwrap() {
+        data.push(d);
+    }
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "the whole one finished"
+    );
+    tokio::time::timeout(Duration::from_secs(10), stopped)
+        .await
+        .expect("shutdown waited for requests that never arrived whole")
+        .unwrap()
+        .unwrap();
+    eprintln!("stopped {:?} after the signal", started.elapsed());
+    drop((half_headers, half_body));
 }

@@ -13,13 +13,15 @@ fn golden(file: &str) -> Vec<Value> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/golden/gemma3-270m")
         .join(file);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("{} missing; skipping the golden comparison", path.display());
-        return Vec::new();
-    };
-    text.lines()
+    // `shared/` is beside the project on every machine: a missing file is a failure, not
+    // a comparison skipped.
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rows: Vec<Value> = text
+        .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .collect();
+    assert!(!rows.is_empty(), "{} holds no rows", path.display());
+    rows
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,18 +51,17 @@ async fn chat_renders_gemma_turns_and_matches_llama_cpp() {
     );
     assert_eq!(t["tokens"][0], 2, "one BOS");
     assert_ne!(t["tokens"][1], 2);
-    if let Some(row) = golden("greedy.jsonl")
+    let row = golden("greedy.jsonl")
         .into_iter()
         .find(|r| r["prompt"].as_str().unwrap().contains("What is 2 + 2?"))
-    {
-        assert_eq!(t["tokens"], row["ids_prompt"]);
-        let expected: String = row["text_out"].as_str().unwrap().chars().take(8).collect();
-        assert!(
-            text_of(&v).starts_with(&expected),
-            "{:?} vs {expected:?}",
-            text_of(&v)
-        );
-    }
+        .expect("greedy.jsonl has the \"What is 2 + 2?\" chat row");
+    assert_eq!(t["tokens"], row["ids_prompt"]);
+    let expected: String = row["text_out"].as_str().unwrap().chars().take(8).collect();
+    assert!(
+        text_of(&v).starts_with(&expected),
+        "{:?} vs {expected:?}",
+        text_of(&v)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,16 +72,28 @@ async fn every_sample_of_a_random_model_validates_on_chat_and_completions() {
         "response_format": response_format(&person()),
     });
     check_samples(&s, "/v1/completions", completion, 24).await;
-    // json_object: any object.
-    let any = json!({
-        "prompt": "x", "max_tokens": 48, "temperature": 1.0, "seed": 3,
-        "response_format": {"type": "json_object"},
-    });
-    let (_, v) = s.post("/v1/completions", any).await;
-    if v["choices"][0]["finish_reason"] == "stop" {
-        let out: Value = serde_json::from_str(&text_of(&v)).expect("json_object output parses");
-        assert!(out.is_object(), "{out}");
+    // json_object: any object. Unbounded, so a sample may run out of tokens; every one that
+    // stops must be an object, and the budget is large enough that some do (a check that
+    // never ran would pass otherwise).
+    let mut stopped = 0;
+    for seed in 0..12 {
+        let any = json!({
+            "prompt": "x", "max_tokens": 160, "temperature": 1.0, "seed": seed,
+            "response_format": {"type": "json_object"},
+        });
+        let (status, v) = s.post("/v1/completions", any).await;
+        assert_eq!(status, 200, "{v}");
+        if v["choices"][0]["finish_reason"] == "stop" {
+            let out: Value = serde_json::from_str(&text_of(&v))
+                .unwrap_or_else(|e| panic!("seed {seed}: json_object output ({e}): {v}"));
+            assert!(out.is_object(), "{out}");
+            stopped += 1;
+        }
     }
+    assert!(
+        stopped >= 3,
+        "only {stopped} of 12 json_object samples finished"
+    );
 }
 
 #[tokio::test]
@@ -166,11 +178,12 @@ async fn every_sample_under_a_gbnf_grammar_is_in_its_language() {
     ];
     for (gbnf, language) in table {
         let re = regex::Regex::new(&format!("^(?:{language})$")).unwrap();
+        let mut finished = 0;
         for seed in 0..6 {
             let (status, v) = s
                 .post(
                     "/completion",
-                    json!({"prompt": "p", "n_predict": 24, "seed": seed, "grammar": gbnf}),
+                    json!({"prompt": "p", "n_predict": 64, "seed": seed, "grammar": gbnf}),
                 )
                 .await;
             assert_eq!(status, 200, "{gbnf}: {v}");
@@ -178,10 +191,13 @@ async fn every_sample_under_a_gbnf_grammar_is_in_its_language() {
             // A grammar whose language is unbounded may run out of tokens mid-way.
             if v["stop_type"] == "eos" {
                 assert!(re.is_match(content), "{gbnf:?} seed {seed}: {content:?}");
+                finished += 1;
             } else {
                 assert!(!content.is_empty(), "{gbnf:?} seed {seed}: {v}");
             }
         }
+        // The language check ran: some samples reached the grammar's end.
+        assert!(finished >= 1, "{gbnf:?}: no sample of 6 finished");
     }
 }
 

@@ -146,14 +146,20 @@ async fn a_named_parameterless_tool_is_called_with_empty_arguments() {
 #[tokio::test]
 async fn auto_answers_text_or_a_call_and_histories_render() {
     let s = TestServer::start(state()).await;
+    // The random model left to itself never opens a call; pushed towards the call syntax's
+    // first character (`logit_bias`) it does. Under `auto` both must come out whole: text
+    // that is not markup, calls that validate (a grammar that forced either fails here).
+    let (_, t) = s
+        .post("/tokenize", json!({"content": "<", "add_special": false}))
+        .await;
+    let opener = t["tokens"][0].as_u64().expect("a token for '<'");
     let (mut texts, mut calls) = (0, 0);
     for seed in 0..12 {
-        let (status, v) = s
-            .post(
-                "/v1/chat/completions",
-                ask(json!({"tool_choice": "auto", "seed": seed})),
-            )
-            .await;
+        let mut body = ask(json!({"tool_choice": "auto", "seed": seed}));
+        if seed % 2 == 1 {
+            body["logit_bias"] = json!({opener.to_string(): 100});
+        }
+        let (status, v) = s.post("/v1/chat/completions", body).await;
         assert_eq!(status, 200, "{v}");
         let choice = &v["choices"][0];
         match choice["message"]["tool_calls"].as_array() {
@@ -168,7 +174,7 @@ async fn auto_answers_text_or_a_call_and_histories_render() {
             }
         }
     }
-    assert_eq!(texts + calls, 12);
+    assert!(texts > 0 && calls > 0, "texts {texts}, calls {calls}");
     // A history with a call and its result, under every choice.
     let history = json!([
         {"role": "user", "content": "weather?"},
