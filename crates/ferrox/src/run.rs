@@ -70,6 +70,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         reuse_cached_prompt: true,
         constraint: None,
         embedding: None,
+        group: None,
     };
     let mut stream = sched.submit(request).map_err(|e| e.to_string())?;
     let mut top = Vec::new();

@@ -6,9 +6,12 @@
 //! wherever they are, and a burst cannot slip past the cap while the worker is busy in a
 //! forward. The slot is a lease returned in `Drop`, so every exit gives it back.
 //!
-//! The queue is strict FIFO: the worker admits from the front only, and stops at the first
-//! request that does not fit. A large request is therefore never starved by a stream of
+//! The queue is strict FIFO: the worker admits the oldest request that may run, and stops at
+//! the first that does not fit. A large request is therefore never starved by a stream of
 //! small ones that would fit in the blocks it is waiting for (pinned by the `fifo` test).
+//! The one request passed over is a choice whose siblings already hold their group's share
+//! of the batch (`GenerationRequest::group`): it keeps its place and runs when one of them
+//! ends.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -93,12 +96,14 @@ impl WaitQueue {
         self.waiting.push_back(p);
     }
 
-    pub(crate) fn front(&self) -> Option<&Pending> {
-        self.waiting.front()
+    /// The oldest waiting request that `may_run` lets run, and its place in the queue.
+    pub(crate) fn first(&self, may_run: impl Fn(&Pending) -> bool) -> Option<(usize, &Pending)> {
+        self.waiting.iter().enumerate().find(|(_, p)| may_run(p))
     }
 
-    pub(crate) fn pop_front(&mut self) -> Option<Pending> {
-        self.waiting.pop_front()
+    /// Takes the request at place `at` (from [`Self::first`]).
+    pub(crate) fn take(&mut self, at: usize) -> Option<Pending> {
+        self.waiting.remove(at)
     }
 
     /// Takes a request out of the middle (a cancel).
@@ -157,7 +162,7 @@ mod tests {
         assert_eq!(q.remove(2).map(|p| p.id), Some(2));
         assert_eq!(q.remove(2).map(|p| p.id), None);
         assert_eq!(slots.taken(), 3);
-        let order: Vec<_> = std::iter::from_fn(|| q.pop_front().map(|p| p.id)).collect();
+        let order: Vec<_> = std::iter::from_fn(|| q.take(0).map(|p| p.id)).collect();
         assert_eq!(order, vec![0, 1, 3]);
         assert_eq!(slots.taken(), 0);
     }

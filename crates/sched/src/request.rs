@@ -40,6 +40,11 @@ pub struct GenerationRequest {
     /// is sampled; `max_tokens` only counts against the context). It never attaches cached
     /// blocks — pooling needs every position's hidden state — but still publishes its own.
     pub embedding: Option<Pooling>,
+    /// The choices of one client request (`n` > 1) share a group: together they hold at most
+    /// half the batch's rows, the others waiting in their place in the queue, so that one
+    /// request cannot take every slot for its whole length (docs/SCHEDULER.md). `None`: a
+    /// request of its own.
+    pub group: Option<u64>,
 }
 
 /// How an embedding pools its tokens' hidden states.
@@ -72,6 +77,7 @@ impl GenerationRequest {
             reuse_cached_prompt: true,
             constraint: None,
             embedding: None,
+            group: None,
         }
     }
 }

@@ -48,6 +48,8 @@ use crate::stop::StopMatcher;
 #[derive(Debug)]
 pub(crate) struct Row {
     pub(crate) id: RequestId,
+    /// The client request this row is one choice of (`GenerationRequest::group`).
+    pub(crate) group: Option<u64>,
     /// Admission order (the worker's counter): preemption takes the highest, resumption
     /// the lowest.
     pub(crate) seq: u64,
@@ -179,6 +181,7 @@ impl Row {
             slot: _,
         } = pending;
         let prompt_tokens = request.prompt_ids.len();
+        let group = request.group;
         let reuse = request.reuses_cache();
         let embedding = request.embedding.map(Pooled::new);
         let constraint = request
@@ -189,6 +192,7 @@ impl Row {
         tokens.reserve(request.max_tokens);
         Self {
             id,
+            group,
             seq,
             tokens,
             prompt_tokens,

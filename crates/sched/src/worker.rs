@@ -9,7 +9,9 @@
 //! 2. **admit** while a row is free (`max_seqs`): first the preempted rows, oldest first, then
 //!    the front of the queue, each when the blocks for the tokens it holds can be leased with
 //!    one block left over for every row already running — the longest cached run of its full
-//!    blocks is attached, the rest leased fresh; stop at the first that cannot (strict FIFO);
+//!    blocks is attached, the rest leased fresh; stop at the first that cannot (strict FIFO).
+//!    The choices of one request hold at most half the rows: past that share a choice is
+//!    passed over, keeping its place, and the requests behind it are admitted;
 //! 3. **grow**: a decoding row whose next position starts a new block leases one; when the
 //!    pool has none, the most recently admitted row is preempted (its blocks go back, it waits
 //!    to resume, it loses nothing) until the growing row fits — never an older row, so the
@@ -233,7 +235,15 @@ impl<M: StepModel> Worker<M> {
                 self.rows.insert(row.id, row);
                 continue;
             }
-            let Some(front) = self.queue.front() else {
+            // The oldest request that may take a row: a choice whose siblings hold their
+            // group's share already waits in its place.
+            let group_cap = (self.limits.max_seqs / 2).max(1);
+            let rows = &self.rows;
+            let may_run = |p: &Pending| match p.request.group {
+                None => true,
+                Some(g) => rows.values().filter(|r| r.group == Some(g)).count() < group_cap,
+            };
+            let Some((at, front)) = self.queue.first(may_run) else {
                 return;
             };
             let prompt_tokens = front.request.prompt_ids.len();
@@ -246,7 +256,7 @@ impl<M: StepModel> Worker<M> {
                 return;
             };
             self.count_lookup(looked_up, prompt_tokens, attached);
-            let pending = self.queue.pop_front().expect("front was just seen");
+            let pending = self.queue.take(at).expect("front was just seen");
             let row = Row::admit(
                 pending,
                 lease,

@@ -1,6 +1,7 @@
 //! Prompts joining the batch cost running decodes at most one chunk's worth of prompt tokens
 //! per tick, never a whole prompt: counted in forward steps, not time. Under either prefill order: the oldest prompt first
-//! (the default), or round-robin.
+//! (the default), or round-robin. And one request's `n` choices hold at most half the rows,
+//! so a request behind them is served at once.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use common::{chunks_of, config, long};
 use ferrox_sched::testkit::{FakeModel, Probe};
-use ferrox_sched::{PrefillOrder, Scheduler, SchedulerConfig};
+use ferrox_sched::{GenerationRequest, PrefillOrder, Scheduler, SchedulerConfig};
 
 #[test]
 fn long_prompts_joining_delay_each_decode_by_at_most_one_chunk() {
@@ -105,4 +106,67 @@ fn one_order(prefill_order: PrefillOrder, want: &str) {
         .filter(|(i, call)| call.iter().any(|ch| ch.tokens.len() > 1) && *i > a_first)
         .all(|(i, _)| a_steps[i].is_some() || i > a_last);
     assert!(a_during_prefill);
+}
+
+#[test]
+fn the_choices_of_one_request_hold_half_the_rows_and_the_rest_is_served() {
+    // Four rows; a request of eight long choices, then a small request.
+    let model = Arc::new(Probe::gated(FakeModel::hash()));
+    let handle = Scheduler::start(Arc::clone(&model), config(4, 64, 400)).unwrap();
+    let choice = |_| GenerationRequest {
+        group: Some(7),
+        ..long(vec![1, 2, 3], 40)
+    };
+    let choices: Vec<_> = (0..8).map(|i| handle.submit(choice(i)).unwrap()).collect();
+    model.allow(2);
+    model.wait_until_blocked();
+    let st = handle.status();
+    // Half the rows, though four were free: the others wait in their place.
+    assert_eq!((st.running + st.prefilling, st.queued), (2, 6), "{st:?}");
+    let calls_before = model.calls().len();
+    let small = handle.submit(long(vec![9, 9], 3)).unwrap();
+    model.open();
+    let small = small.collect_blocking();
+    assert_eq!(small.completion.usage.completion_tokens, 3);
+    // Every choice still runs to its end, two at a time.
+    for c in choices {
+        assert_eq!(c.collect_blocking().completion.usage.completion_tokens, 40);
+    }
+    let st = handle.status();
+    assert_eq!(
+        (st.running, st.queued, st.blocks_free),
+        (0, 0, st.blocks_total)
+    );
+    let calls = model.calls();
+    let small_block = calls
+        .iter()
+        .flatten()
+        .find(|ch| ch.tokens == [9, 9] && ch.start_pos == 0)
+        .unwrap()
+        .first_block;
+    let small_steps = chunks_of(&calls, small_block);
+    // Admitted beside the choices at once: its prompt and three tokens took a few steps
+    // after it came, not the choices' forty.
+    // (Its first block may be reused once it is gone: its own steps are the first run.)
+    let first = small_steps.iter().position(Option::is_some).unwrap();
+    let run = small_steps[first..]
+        .iter()
+        .take_while(|c| c.is_some())
+        .count();
+    let last = first + run - 1;
+    assert!(
+        last - calls_before < 6,
+        "the small request ended {} steps after it came",
+        last - calls_before
+    );
+    assert_eq!(run, 3, "a prompt step and two decodes");
+    // No step carried more than two of the choices' rows.
+    for (i, call) in calls.iter().enumerate() {
+        let small_here = (first..=last).contains(&i);
+        let choice_rows = call
+            .iter()
+            .filter(|ch| !(small_here && ch.first_block == small_block))
+            .count();
+        assert!(choice_rows <= 2, "step {i}: {call:?}");
+    }
 }

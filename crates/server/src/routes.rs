@@ -257,7 +257,7 @@ async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
         .iter()
         .any(|g| !g.scheduler.status().healthy)
     {
-        return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone));
+        return Err(ferrox_sched::Refusal::WorkerGone.into());
     }
     Ok(Json(json!({"status": "ok"})))
 }

@@ -116,6 +116,7 @@ pub fn random_request(
         reuse_cached_prompt: true,
         constraint: None,
         embedding: None,
+        group: None,
     }
 }
 

@@ -227,6 +227,7 @@ pub fn seed_is_independent_of_load<M: StepModel>(model: Arc<M>, spec: &Spec, see
         reuse_cached_prompt: true,
         constraint: None,
         embedding: None,
+        group: None,
     };
     let alone = run_alone(Arc::clone(&model), std::slice::from_ref(&subject)).remove(0);
     let handle = Scheduler::start(Arc::clone(&model), config(8, 7, spec.kv_blocks)).unwrap();

@@ -80,7 +80,7 @@ async fn finish((mut stream, tokens): (RequestStream, usize)) -> Result<Embeddin
         match stream.recv().await {
             Some(Event::Done(c)) => break c,
             Some(Event::Token(_)) => continue,
-            None => return Err(ApiError::Refused(ferrox_sched::Refusal::WorkerGone)),
+            None => return Err(ferrox_sched::Refusal::WorkerGone.into()),
         }
     };
     let vector = match (completion.finish_reason, completion.embedding) {

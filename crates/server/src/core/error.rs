@@ -36,9 +36,14 @@ pub enum ApiError {
     #[error("the request body is not valid JSON: {message}")]
     MalformedJson { message: String },
     /// The scheduler refused the request for capacity (never `Refusal::Invalid`, which
-    /// becomes [`ApiError::InvalidParameter`] naming the parameter).
-    #[error("{}", refusal_message(.0))]
-    Refused(Refusal),
+    /// becomes [`ApiError::InvalidParameter`] naming the parameter). `limit_param` is the
+    /// output limit as the client's protocol names it (`max_tokens`, `max_output_tokens`,
+    /// `n_predict`, ...), which a context refusal names ([`ApiError::for_limit`]).
+    #[error("{}", refusal_message(refusal, limit_param))]
+    Refused {
+        refusal: Refusal,
+        limit_param: &'static str,
+    },
     #[error("the model `{model}` does not exist; this server serves {}", list_ids(.available))]
     ModelNotFound {
         model: String,
@@ -154,7 +159,7 @@ fn list_ids(ids: &[String]) -> String {
     }
 }
 
-fn refusal_message(r: &Refusal) -> String {
+fn refusal_message(r: &Refusal, limit_param: &str) -> String {
     match r {
         Refusal::ContextLengthExceeded {
             prompt_tokens,
@@ -164,7 +169,8 @@ fn refusal_message(r: &Refusal) -> String {
             ..
         } => format!(
             "this model's maximum context length is {limit_tokens} tokens; the request asks \
-             for {requested_tokens} ({prompt_tokens} in the prompt + {max_tokens} max_tokens)"
+             for {requested_tokens} ({prompt_tokens} in the prompt + {max_tokens} \
+             {limit_param})"
         ),
         Refusal::KvBudgetExceeded {
             requested_blocks,
@@ -193,6 +199,18 @@ impl ApiError {
         }
     }
 
+    /// This error with the output limit named `param`, as the client's protocol names it
+    /// (every parser records its name in `GenerationOptions::max_tokens_param`).
+    pub fn for_limit(self, param: &'static str) -> Self {
+        match self {
+            ApiError::Refused { refusal, .. } => ApiError::Refused {
+                refusal,
+                limit_param: param,
+            },
+            other => other,
+        }
+    }
+
     pub fn unsupported(param: impl Into<String>) -> Self {
         ApiError::UnsupportedParameter {
             param: param.into(),
@@ -206,10 +224,11 @@ impl ApiError {
             | ApiError::UnknownParameter { .. }
             | ApiError::MissingParameter { .. }
             | ApiError::MalformedJson { .. } => ErrorClass::BadRequest,
-            ApiError::Refused(Refusal::QueueFull { .. } | Refusal::WorkerGone) => {
-                ErrorClass::Unavailable
-            }
-            ApiError::Refused(_) => ErrorClass::BadRequest,
+            ApiError::Refused {
+                refusal: Refusal::QueueFull { .. } | Refusal::WorkerGone,
+                ..
+            } => ErrorClass::Unavailable,
+            ApiError::Refused { refusal: _, .. } => ErrorClass::BadRequest,
             ApiError::ModelTooLarge { .. } => ErrorClass::BadRequest,
             ApiError::ModelNotFound { .. }
             | ApiError::ObjectNotFound { .. }
@@ -236,8 +255,10 @@ impl ApiError {
     pub fn retry_after(&self) -> bool {
         matches!(
             self,
-            ApiError::Refused(Refusal::QueueFull { .. })
-                | ApiError::Loading
+            ApiError::Refused {
+                refusal: Refusal::QueueFull { .. },
+                ..
+            } | ApiError::Loading
                 | ApiError::ModelsBusy { .. }
         )
     }
@@ -250,11 +271,26 @@ impl ApiError {
             ApiError::UnknownParameter { .. } => "unknown_parameter",
             ApiError::MissingParameter { .. } => "missing_required_parameter",
             ApiError::MalformedJson { .. } => "invalid_json",
-            ApiError::Refused(Refusal::ContextLengthExceeded { .. }) => "context_length_exceeded",
-            ApiError::Refused(Refusal::KvBudgetExceeded { .. }) => "device_memory_budget_exceeded",
-            ApiError::Refused(Refusal::QueueFull { .. }) => "queue_full",
-            ApiError::Refused(Refusal::WorkerGone) => "worker_gone",
-            ApiError::Refused(Refusal::Invalid(_)) => "invalid_value",
+            ApiError::Refused {
+                refusal: Refusal::ContextLengthExceeded { .. },
+                ..
+            } => "context_length_exceeded",
+            ApiError::Refused {
+                refusal: Refusal::KvBudgetExceeded { .. },
+                ..
+            } => "device_memory_budget_exceeded",
+            ApiError::Refused {
+                refusal: Refusal::QueueFull { .. },
+                ..
+            } => "queue_full",
+            ApiError::Refused {
+                refusal: Refusal::WorkerGone,
+                ..
+            } => "worker_gone",
+            ApiError::Refused {
+                refusal: Refusal::Invalid(_),
+                ..
+            } => "invalid_value",
             ApiError::ModelNotFound { .. } => "model_not_found",
             ApiError::ModelLoadFailed { .. } => "model_load_failed",
             ApiError::ModelTooLarge { .. } => "model_too_large",
@@ -282,7 +318,10 @@ impl ApiError {
             | ApiError::UnsupportedParameter { param }
             | ApiError::UnknownParameter { param }
             | ApiError::MissingParameter { param } => Some(param),
-            ApiError::Refused(Refusal::ContextLengthExceeded { .. }) => Some("max_tokens"),
+            ApiError::Refused {
+                refusal: Refusal::ContextLengthExceeded { .. },
+                limit_param,
+            } => Some(limit_param),
             ApiError::ModelNotFound { .. } | ApiError::ModelTooLarge { .. } => Some("model"),
             _ => None,
         }
@@ -296,32 +335,43 @@ impl ApiError {
             obj.insert(k.into(), v);
         };
         match self {
-            ApiError::Refused(Refusal::ContextLengthExceeded {
-                prompt_tokens,
-                max_tokens,
-                limit_tokens,
-                estimated_bytes,
-                limit_bytes,
+            ApiError::Refused {
+                refusal:
+                    Refusal::ContextLengthExceeded {
+                        prompt_tokens,
+                        max_tokens,
+                        limit_tokens,
+                        estimated_bytes,
+                        limit_bytes,
+                        ..
+                    },
                 ..
-            }) => {
+            } => {
                 put("prompt_tokens", json!(prompt_tokens));
                 put("max_tokens", json!(max_tokens));
                 put("limit_tokens", json!(limit_tokens));
                 put("estimated_bytes", json!(estimated_bytes));
                 put("limit_bytes", json!(limit_bytes));
             }
-            ApiError::Refused(Refusal::KvBudgetExceeded {
-                requested_blocks,
-                limit_blocks,
-                estimated_bytes,
-                limit_bytes,
-            }) => {
+            ApiError::Refused {
+                refusal:
+                    Refusal::KvBudgetExceeded {
+                        requested_blocks,
+                        limit_blocks,
+                        estimated_bytes,
+                        limit_bytes,
+                    },
+                ..
+            } => {
                 put("requested_blocks", json!(requested_blocks));
                 put("limit_blocks", json!(limit_blocks));
                 put("estimated_bytes", json!(estimated_bytes));
                 put("limit_bytes", json!(limit_bytes));
             }
-            ApiError::Refused(Refusal::QueueFull { queued, cap }) => {
+            ApiError::Refused {
+                refusal: Refusal::QueueFull { queued, cap },
+                ..
+            } => {
                 put("queued", json!(queued));
                 put("queue_cap", json!(cap));
             }
@@ -355,7 +405,10 @@ impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> Self {
         match r {
             Refusal::Invalid(invalid) => invalid.into(),
-            other => ApiError::Refused(other),
+            refusal => ApiError::Refused {
+                refusal,
+                limit_param: "max_tokens",
+            },
         }
     }
 }

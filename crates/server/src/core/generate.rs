@@ -207,6 +207,8 @@ impl Generator {
                 .extend(self.chat_stop_strings.iter().cloned());
         }
         let base_seed = options.seed.unwrap_or_else(rand::random);
+        // Several choices share the batch with everyone else: at most half its rows at once.
+        let group = (options.n > 1).then(rand::random);
         let prompt_tokens = prompt_ids.len();
         let mut choices = SelectAll::new();
         for index in 0..options.n {
@@ -223,10 +225,14 @@ impl Generator {
                 reuse_cached_prompt: options.reuse_cached_prompt,
                 constraint: constraint.clone(),
                 embedding: None,
+                group,
             };
             // On a refusal, `choices` drops here with the streams already accepted, which
             // cancels them.
-            let events = self.scheduler.submit(request)?;
+            let events = self
+                .scheduler
+                .submit(request)
+                .map_err(|r| ApiError::from(r).for_limit(options.max_tokens_param))?;
             choices.push(
                 stream::unfold(events, move |mut events| async move {
                     let event = events.recv().await?;

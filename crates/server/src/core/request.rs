@@ -43,6 +43,9 @@ pub struct GenerationOptions {
     /// `None`: the server's default, capped by the context left after the prompt (or the
     /// whole context left, with `fill_context`).
     pub max_tokens: Option<usize>,
+    /// What the client's protocol calls `max_tokens` (`max_output_tokens`, `n_predict`, ...),
+    /// so that a context refusal names the parameter the client sent.
+    pub max_tokens_param: &'static str,
     /// llama.cpp's `n_predict: -1`: without `max_tokens`, generate until a stop or the end
     /// of the context (the KV for all of it is leased at admission).
     pub fill_context: bool,
@@ -75,6 +78,7 @@ impl Default for GenerationOptions {
         GenerationOptions {
             model: None,
             max_tokens: None,
+            max_tokens_param: "max_tokens",
             fill_context: false,
             sampling: SamplingParams::default(),
             seed: None,

@@ -249,10 +249,12 @@ fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
         }
     }
     f.refuse_unsupported(UNSUPPORTED)?;
-    let n_predict = match (f.take::<i64>("n_predict")?, f.take::<i64>("max_tokens")?) {
-        (Some(n), _) | (None, Some(n)) => n,
-        (None, None) => -1,
-    };
+    let (n_predict, max_tokens_param) =
+        match (f.take::<i64>("n_predict")?, f.take::<i64>("max_tokens")?) {
+            (Some(n), _) => (n, "n_predict"),
+            (None, Some(n)) => (n, "max_tokens"),
+            (None, None) => (-1, "n_predict"),
+        };
     let max_tokens = match n_predict {
         -1 => None,
         n if (1..=MAX_TOKENS_LIMIT).contains(&n) => Some(n as usize),
@@ -310,6 +312,7 @@ fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
         grammar,
         model: f.take("model")?,
         max_tokens,
+        max_tokens_param,
         fill_context: true,
         sampling,
         seed,

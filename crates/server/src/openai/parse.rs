@@ -75,6 +75,7 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
             ));
         }
         options.max_tokens = Some(m);
+        options.max_tokens_param = "max_completion_tokens";
     }
     let logprobs: bool = f.take("logprobs")?.unwrap_or(false);
     let top: Option<usize> = f.take("top_logprobs")?;

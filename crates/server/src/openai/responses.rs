@@ -81,6 +81,7 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
     let options = GenerationOptions {
         model: f.take("model")?,
         max_tokens: f.max_tokens("max_output_tokens")?,
+        max_tokens_param: "max_output_tokens",
         sampling,
         seed: f.seed("seed")?,
         stream: f.take("stream")?.unwrap_or(false),

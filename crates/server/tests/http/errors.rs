@@ -160,6 +160,46 @@ async fn context_and_memory_refusals_carry_their_numbers() {
     let e = error_of(status, &v, 400, "context_length_exceeded");
     assert_eq!(e["limit_tokens"], 512);
     assert!(e["estimated_bytes"].as_u64().unwrap() > e["limit_bytes"].as_u64().unwrap());
+    // Each protocol's refusal names the output limit as its client sent it.
+    let chat = |limit: &str| {
+        let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+        body[limit] = json!(600);
+        body
+    };
+    for (route, body, param) in [
+        ("/v1/chat/completions", chat("max_tokens"), "max_tokens"),
+        (
+            "/v1/chat/completions",
+            chat("max_completion_tokens"),
+            "max_completion_tokens",
+        ),
+        (
+            "/v1/responses",
+            json!({"input": "x", "max_output_tokens": 600}),
+            "max_output_tokens",
+        ),
+        ("/v1/messages", chat("max_tokens"), "max_tokens"),
+        (
+            "/completion",
+            json!({"prompt": "x", "n_predict": 600}),
+            "n_predict",
+        ),
+        (
+            "/completion",
+            json!({"prompt": "x", "max_tokens": 600}),
+            "max_tokens",
+        ),
+    ] {
+        let (status, v) = s.post(route, body).await;
+        assert_eq!(status, 400, "{route}: {v}");
+        let error = &v["error"];
+        let message = error["message"].as_str().unwrap();
+        assert!(message.ends_with(&format!("600 {param})")), "{route}: {v}");
+        // llama.cpp's error object has no `param`; the others name it.
+        if route != "/completion" {
+            assert_eq!(error["param"], param, "{route}: {v}");
+        }
+    }
 
     // A pool of 4 blocks of 16 positions: 64 tokens, under the 512-token context.
     let sched = SchedulerConfig {

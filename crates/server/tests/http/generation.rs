@@ -2,6 +2,8 @@
 //! usage is right, stop strings cut, seeds reproduce, `n` gives distinct choices, logprobs
 //! have the documented shapes.
 
+use std::time::Duration;
+
 use ferrox_sched::SchedulerConfig;
 use ferrox_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -319,4 +321,44 @@ async fn max_tokens_defaults_to_the_context_left() {
         v["usage"]["completion_tokens"].as_u64().unwrap() + prompt,
         512
     );
+}
+
+/// One request's `n` choices hold at most half the batch's slots: a small request behind
+/// `n: 16` of long choices is served within a few steps, while they still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_request_behind_many_long_choices_is_served_at_once() {
+    let s = TestServer::start(synthetic_state(
+        &crate::common::slow(),
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await;
+    let big = s
+        .post_raw(
+            "/v1/completions",
+            json!({"prompt": "hello", "max_tokens": 3000, "ignore_eos": true, "n": 16,
+                   "stream": true}),
+        )
+        .await;
+    let mut events = big.events();
+    events.next_data().await.unwrap();
+    // Half of the 16 slots, the other choices waiting.
+    assert!(
+        s.wait_for(Duration::from_secs(10), |st| st.running == 8
+            && st.queued == 8)
+            .await,
+        "{:?}",
+        s.status()
+    );
+    let steps = s.status().steps;
+    let (status, v) = s
+        .post("/v1/completions", greedy(json!({"max_tokens": 4})))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let took = s.status().steps - steps;
+    assert!(took < 20, "the small request took {took} steps");
+    // The choices are still running.
+    let next = events.next_data().await.unwrap();
+    assert!(next.is_some_and(|d| d != "[DONE]"));
+    drop(events);
 }
