@@ -13,11 +13,15 @@ pip_install() {
 }
 python3 -c "import openai" 2>/dev/null || pip_install openai
 python3 -c "import anthropic" 2>/dev/null || pip_install anthropic
+python3 -c "import prometheus_client" 2>/dev/null || pip_install prometheus_client
 python3 -c "import pytest" 2>/dev/null || pip_install pytest || echo "pytest unavailable; running the tests as a plain script"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-target/debug/ferrox serve --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
+# The default model, and the same file as a second model, so /metrics has two (test_metrics).
+model=$(target/debug/ferrox pull)
+target/debug/ferrox serve --host 127.0.0.1 --port "$port" -m "$model" --alias second="$model" \
+    >"$log" 2>&1 &
 pid=$!
 cleanup() {
     if kill -0 "$pid" 2>/dev/null; then

@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Fetch the default model (Gemma 3 270M Q4_K_M) into the cache.
+    /// Fetch the default model (Gemma 3 270M Q4_K_M) into the cache; print its path.
     Pull,
     /// Print a model's architecture, sizes, tensor types and KV cost.
     Inspect {
@@ -72,7 +72,7 @@ fn main() {
         .init();
     let cli = Cli::parse_from(serve::llama_style_args(std::env::args_os()));
     let result = match cli.cmd {
-        Cmd::Pull => pull::ensure_default_model().map(|_| ()),
+        Cmd::Pull => pull::ensure_default_model().map(|path| println!("{}", path.display())),
         Cmd::Inspect { model } => resolve_model(model).and_then(|m| inspect::inspect(&m)),
         Cmd::Tokenize(args) => inspect::tokenize(args),
         Cmd::Bench(BenchCmd {
