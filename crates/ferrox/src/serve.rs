@@ -206,6 +206,7 @@ impl ServeArgs {
             max_loaded: self.max_loaded_models.map(|n| n.max(1)),
             memory_budget: self.memory_budget,
             keep_alive,
+            ..ModelsConfig::default()
         })
     }
 

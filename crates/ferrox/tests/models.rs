@@ -179,3 +179,127 @@ fn serve_refuses_a_model_list_it_cannot_serve() {
     assert!(err.contains("two models are named"), "{err}");
     let _ = std::fs::remove_file(&dup);
 }
+
+/// The server's resident memory, in bytes (`VmRSS` in `/proc/PID/status`).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+/// Memory really comes back: a model's weights and KV cache leave the process's resident
+/// set when it is unloaded, and the old version's when a hot swap replaces it.
+#[test]
+fn unload_and_hot_swap_give_the_memory_back() {
+    let dir = std::env::temp_dir().join(format!("ferrox-cli-rss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let small = write_model(&dir, "small", 1);
+    // About 100 MB of f32 weights, all read by a forward.
+    let spec = SyntheticSpec {
+        n_vocab: 8192,
+        n_embd: 512,
+        n_ff: 2048,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 64,
+        n_layer: 6,
+        ..SyntheticSpec::tiny(Arch::Gemma3, 5)
+    };
+    let write_big = |name: &str| {
+        let path = dir.join(format!("{name}.gguf"));
+        std::fs::write(&path, build_gguf(&spec)).unwrap();
+        path
+    };
+    let (big, big2) = (write_big("big"), write_big("big2"));
+    let big_bytes = std::fs::metadata(&big).unwrap().len();
+    assert!(big_bytes > 90 << 20, "{big_bytes}");
+    let port = free_port();
+    let alias = format!("big={}", big.display());
+    let server = Server(
+        Command::new(env!("CARGO_BIN_EXE_ferrox"))
+            .args(["serve", "-t", "1", "--port", &port.to_string()])
+            .args([
+                "-m",
+                small.to_str().unwrap(),
+                "--alias",
+                &alias,
+                "--kv-blocks",
+                "256",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ferrox starts"),
+    );
+    let pid = server.0.id();
+    let start = Instant::now();
+    while http(port, "GET", "/health", "").map(|r| r.0) != Some(200) {
+        assert!(start.elapsed() < Duration::from_secs(60), "never healthy");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ask = |model: &str| {
+        let body = format!(r#"{{"model": "{model}", "prompt": "a b", "max_tokens": 2}}"#);
+        let (status, body) = http(port, "POST", "/v1/completions", &body).unwrap();
+        assert_eq!(status, 200, "{body}");
+    };
+    ask("small");
+    let base = rss(pid);
+    ask("big");
+    let loaded = rss(pid);
+    assert!(
+        loaded > base + big_bytes * 8 / 10,
+        "a forward reads every weight: {base} -> {loaded}"
+    );
+    let unload = |model: &str| {
+        let body = format!(r#"{{"model": "{model}"}}"#);
+        let (status, body) = http(port, "POST", "/admin/models/unload", &body).unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"unloaded\""), "{body}");
+    };
+    // What is left after an unload: the base plus allocator slack, far under the model.
+    let settled = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = rss(pid);
+            if now < base + (big_bytes / 5) {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: resident {now} bytes, {base} before the big model ({big_bytes} bytes)"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    unload("big");
+    let after_unload = settled("after unload");
+    // Hot swap: load big again, then swap in another file under the same id; once the old
+    // version is gone, only one copy is resident.
+    ask("big");
+    let body = format!(r#"{{"model": "big", "path": "{}"}}"#, big2.display());
+    let (status, body) = http(port, "POST", "/admin/models/load", &body).unwrap();
+    assert_eq!(status, 200, "{body}");
+    ask("big");
+    let swapped = rss(pid);
+    assert!(
+        swapped < base + big_bytes * 14 / 10,
+        "one version resident after the swap: {swapped} ({base} + {big_bytes})"
+    );
+    unload("big");
+    let after_swap = settled("after the swap's unload");
+    eprintln!(
+        "resident MB: base {}, big loaded {}, unloaded {}, swapped {}, unloaded {}",
+        base >> 20,
+        loaded >> 20,
+        after_unload >> 20,
+        swapped >> 20,
+        after_swap >> 20
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

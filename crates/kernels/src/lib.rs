@@ -259,7 +259,26 @@ mod tests {
                 .zip(&y)
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0, f32::max);
-            assert!(err < 0.8, "{} max error {err}", ty.name());
+            // At most one quantization step of the type over the values' range [-1, 1):
+            // 2 / 2^bits (a type whose scales are themselves quantized loses a little more,
+            // which the whole step covers; a wrong scale or nibble order is far beyond it).
+            let bits = match ty {
+                GgmlType::F32 => 24,
+                GgmlType::F16 => 11,
+                GgmlType::BF16 => 8,
+                GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => 8,
+                GgmlType::Q6_K => 6,
+                GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => 5,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => 4,
+                GgmlType::Q3_K => 3,
+                GgmlType::Q2_K => 2,
+            };
+            let step = 2.0 / (1u32 << bits) as f32;
+            assert!(
+                err <= step,
+                "{} max error {err} > one step {step}",
+                ty.name()
+            );
         }
     }
 

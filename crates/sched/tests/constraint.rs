@@ -87,6 +87,11 @@ fn constrained_rows_follow_their_constraint_and_leave_the_others_alone() {
         .map(|i| request(vec![3, 4, 5 + i], 7 + i as u64))
         .collect();
     let alone = run_alone(Arc::clone(&model), &free);
+    // The constrained prompts unconstrained: the model's own first distribution.
+    let twins: Vec<GenerationRequest> = (0..3)
+        .map(|i| request(vec![9, 8, 7 + i as u32], 100 + i as u64))
+        .collect();
+    let twins = run_alone(Arc::clone(&model), &twins);
     let handle = Scheduler::start(model, config(8, 4, 400)).unwrap();
     let mut streams = Vec::new();
     for (i, r) in free.iter().enumerate() {
@@ -117,9 +122,16 @@ fn constrained_rows_follow_their_constraint_and_leave_the_others_alone() {
         for (t, allowed) in c.token_ids.iter().zip(&steps) {
             assert!(allowed.contains(t), "drew {t}, allowed {allowed:?}");
         }
-        // Logprobs are the model's own distribution: alternatives the mask ruled out appear.
+        // Logprobs are the model's own distribution: exactly the unconstrained prompt's,
+        // alternatives the mask ruled out included.
         let top = &run.tokens[0].top_logprobs;
         assert_eq!(top.len(), 4);
+        assert_eq!(top, &twins[i / 2].tokens[0].top_logprobs);
+        assert!(
+            top.iter().any(|(id, _)| !steps[0].contains(id)),
+            "{top:?} holds only allowed tokens {:?}",
+            steps[0]
+        );
     }
     assert_eq!(
         factory.started.load(Ordering::Relaxed),

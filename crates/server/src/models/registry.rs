@@ -37,6 +37,9 @@ pub struct ModelsConfig {
     pub memory_budget: Option<u64>,
     /// How long an idle model stays loaded when its request says nothing (`--keep-alive`).
     pub keep_alive: KeepAlive,
+    /// How long a load waits for busy models to make room before its requests get a 503
+    /// `models_busy` (300 s: a long generation on the busy model should finish first).
+    pub room_wait: Duration,
 }
 
 impl Default for ModelsConfig {
@@ -47,6 +50,7 @@ impl Default for ModelsConfig {
             max_loaded: None,
             memory_budget: None,
             keep_alive: KeepAlive::Forever,
+            room_wait: ROOM_WAIT,
         }
     }
 }
@@ -57,8 +61,9 @@ const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// How often a load waiting for a busy model to go idle looks again.
 const ROOM_POLL: Duration = Duration::from_millis(50);
 
-/// How long a load waits for busy models to make room before its requests get a 503.
-const ROOM_WAIT: Duration = Duration::from_secs(300);
+/// How long a load waits for busy models to make room before its requests get a 503, by
+/// default.
+pub const ROOM_WAIT: Duration = Duration::from_secs(300);
 
 /// A load's outcome, as its waiters receive it.
 type LoadResult = Result<Arc<Generator>, ApiError>;
@@ -544,7 +549,7 @@ impl Registry {
             drop(t);
             // Only the entry's own receiver left: every request that wanted it has gone.
             let abandoned = tx.receiver_count() <= 1;
-            if abandoned || waiting.elapsed() > ROOM_WAIT {
+            if abandoned || waiting.elapsed() > self.config.room_wait {
                 return Err(ApiError::ModelsBusy {
                     model: id.to_string(),
                     waited_secs: waiting.elapsed().as_secs(),

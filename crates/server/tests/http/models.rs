@@ -42,6 +42,7 @@ fn config(max_loaded: Option<usize>, memory_budget: Option<u64>) -> ModelsConfig
         max_loaded,
         memory_budget,
         keep_alive: KeepAlive::Forever,
+        ..ModelsConfig::default()
     }
 }
 
@@ -225,7 +226,33 @@ async fn a_busy_model_is_never_unloaded_a_load_waits_for_it() {
     let d = dir("busy");
     let a = write(&d, "a", &slow());
     let b = write(&d, "b", &tiny_seed(3));
-    let s = server(&[("a", &a), ("b", &b)], config(Some(1), None)).await;
+    busy_model_keeps_its_room(&[("a", &a), ("b", &b)], config(Some(1), None)).await;
+}
+
+#[tokio::test]
+async fn under_a_memory_budget_a_busy_model_is_never_unloaded_either() {
+    let d = dir("busy-budget");
+    let a = write(&d, "a", &slow());
+    let b = write(&d, "b", &tiny_seed(3));
+    let models = [("a", a.as_path()), ("b", b.as_path())];
+    // Each model's price, read off a server without limits: the budget holds either one,
+    // never both.
+    let probe = server(&models, config(None, None)).await;
+    complete(&probe, "a", 1).await;
+    complete(&probe, "b", 1).await;
+    let price = |v: Value| v.as_u64().expect("memory_bytes");
+    let (pa, pb) = (
+        price(model_field(&probe, "a", "memory_bytes").await),
+        price(model_field(&probe, "b", "memory_bytes").await),
+    );
+    let budget = pa.max(pb) + pa.min(pb) / 2;
+    busy_model_keeps_its_room(&models, config(None, Some(budget))).await;
+}
+
+/// With room for one of `models` ("a", slow, then "b"): b's request waits while a streams,
+/// a stays loaded until its stream has ended, then b loads in its place.
+async fn busy_model_keeps_its_room(models: &[(&str, &Path)], config: ModelsConfig) {
+    let s = server(models, config).await;
     let mut events = busy(&s, "a", 1500).await;
     // b needs a's room: its request waits while a streams.
     let endpoint = s.endpoint.clone();
@@ -239,9 +266,9 @@ async fn a_busy_model_is_never_unloaded_a_load_waits_for_it() {
             .unwrap();
         (r.status, Instant::now())
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // b's load has begun (it waits for room), and a is still the one loaded.
+    assert!(wait_status(&s, "b", "loading", Duration::from_secs(10)).await);
     assert_eq!(status_of(&s, "a").await, "loaded");
-    assert_eq!(status_of(&s, "b").await, "loading");
     assert!(!waiting.is_finished());
     let mut tokens = 1;
     while let Some(data) = events.next_data().await.unwrap() {
@@ -258,6 +285,44 @@ async fn a_busy_model_is_never_unloaded_a_load_waits_for_it() {
         "b was served before a's stream ended"
     );
     assert_eq!(status_of(&s, "a").await, "unloaded");
+}
+
+#[tokio::test]
+async fn a_load_that_waits_too_long_for_room_is_a_503_models_busy() {
+    let d = dir("busy-wait");
+    let a = write(&d, "a", &slow());
+    let b = write(&d, "b", &tiny_seed(3));
+    let config = ModelsConfig {
+        room_wait: Duration::from_millis(500),
+        ..config(Some(1), None)
+    };
+    let s = server(&[("a", &a), ("b", &b)], config).await;
+    let mut events = busy(&s, "a", 3000).await;
+    let asked = Instant::now();
+    let (code, v) = s
+        .post(
+            "/v1/completions",
+            json!({"model": "b", "prompt": "x", "max_tokens": 2}),
+        )
+        .await;
+    let waited = asked.elapsed();
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (503, Some("models_busy")),
+        "{v}"
+    );
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(30),
+        "{waited:?}"
+    );
+    // a was left alone: still loaded, still streaming.
+    assert_eq!(status_of(&s, "a").await, "loaded");
+    assert!(events
+        .next_data()
+        .await
+        .unwrap()
+        .is_some_and(|d| d != "[DONE]"));
+    drop(events);
 }
 
 #[tokio::test]
@@ -459,8 +524,10 @@ async fn keep_alive_zero_unloads_when_idle_negative_keeps() {
 
     let (code, _) = s.post("/v1/completions", ask(json!(-1))).await;
     assert_eq!(code, 200);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Kept for ever: no expiry is set, rather than one not reached yet.
     assert_eq!(status_of(&s, "a").await, "loaded");
+    assert!(model_field(&s, "a", "expires_at").await.is_null());
+    assert_eq!(model_field(&s, "a", "keep_alive_secs").await, -1.0);
 
     let (code, _) = s.post("/v1/completions", ask(json!("1s"))).await;
     assert_eq!(code, 200);
@@ -536,4 +603,30 @@ async fn the_memory_budget_prices_models_before_loading() {
     assert_eq!(v["error"]["code"], "model_too_large");
     assert_eq!(v["error"]["needed_bytes"], price);
     assert_eq!(v["error"]["budget_bytes"], price - 1);
+}
+
+#[tokio::test]
+async fn an_encoder_is_priced_at_its_file_a_decoder_at_its_file_and_kv_pool() {
+    let d = dir("price");
+    let encoder = write(
+        &d,
+        "enc",
+        &SyntheticSpec::tiny(ferrox_engine::Arch::Bert, 2),
+    );
+    let decoder = write(&d, "dec", &tiny_seed(2));
+    let s = server(&[("enc", &encoder), ("dec", &decoder)], config(None, None)).await;
+    let (code, v) = s
+        .post("/v1/embeddings", json!({"model": "enc", "input": "a b"}))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    complete(&s, "dec", 1).await;
+    let file = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let price = |v: Value| v.as_u64().expect("memory_bytes");
+    // An encoder never writes a KV cache: its price is its file.
+    assert_eq!(
+        price(model_field(&s, "enc", "memory_bytes").await),
+        file(&encoder)
+    );
+    // A decoder's KV pool (256 blocks) is part of its price.
+    assert!(price(model_field(&s, "dec", "memory_bytes").await) > file(&decoder));
 }
