@@ -39,7 +39,7 @@ pub fn ps(args: PsArgs) -> Result<(), String> {
     })?;
     print!(
         "{}",
-        table(&list, args.all, ferrox_server::state::unix_now())
+        table(&list, args.all, ferrox_server::core::ids::unix_now())
     );
     Ok(())
 }

@@ -416,11 +416,11 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
     };
     tokio::select! {
         loaded = load_default => {
-            let generator = loaded.map_err(|e| format!("loading failed: {e}"))?;
+            let served = loaded.map_err(|e| format!("loading failed: {e}"))?;
             tracing::info!(
-                model = %generator.model_id,
+                model = %served.model_id,
                 models = state.models.list().len(),
-                context_tokens = generator.context_tokens,
+                context_tokens = served.context_tokens,
                 "ready on {scheme}://{local}"
             );
             state.set_ready();

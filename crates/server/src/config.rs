@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use ferrox_sched::Pooling;
 
+use crate::core::served::ServeOptions;
 use crate::http::auth::ApiKeys;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
-use crate::openai::store;
 use crate::tls::TlsConfig;
 
 /// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
@@ -57,6 +57,10 @@ pub struct ServerConfig {
     pub reasoning: bool,
 }
 
+/// The Responses API store's default caps (`openai/store.rs`): 1,024 responses, 64 MiB.
+pub const DEFAULT_RESPONSES_MAX_ENTRIES: usize = 1024;
+pub const DEFAULT_RESPONSES_MAX_BYTES: usize = 64 << 20;
+
 /// How long a connection may take to send a request's headers, by default: hyper's own
 /// default (nginx's `client_header_timeout` is 60 s).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -65,13 +69,24 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// well under a default file-descriptor limit of 1024.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
+impl ServerConfig {
+    /// What a served model is built with (`core/served.rs`).
+    pub fn serve_options(&self) -> ServeOptions {
+        ServeOptions {
+            default_max_tokens: self.default_max_tokens.max(1),
+            pooling: self.pooling,
+            reasoning: self.reasoning,
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             default_max_tokens: 2048,
-            responses_max_entries: store::DEFAULT_MAX_ENTRIES,
-            responses_max_bytes: store::DEFAULT_MAX_BYTES,
+            responses_max_entries: DEFAULT_RESPONSES_MAX_ENTRIES,
+            responses_max_bytes: DEFAULT_RESPONSES_MAX_BYTES,
             hosts: HostPolicy::loopback(),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,

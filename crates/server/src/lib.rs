@@ -5,7 +5,7 @@
 //! continuous-batching scheduler.
 //!
 //! A request's path, each arrow a call you can follow: a protocol's handler (e.g.
-//! `anthropic::messages::handle`) gets the body and the [`Generator`] of the model it names,
+//! `anthropic::messages::handle`) gets the body and the [`ServedModel`] of the model it names,
 //! pinned for the request ([`models::Pinned`], which loads the model if it must) → its parser turns the body into the core's
 //! protocol-free request once → [`core::generate::generate`], the one generation path,
 //! renders and tokenizes the prompt off the async runtime and submits one scheduler request
@@ -38,10 +38,11 @@ pub mod state;
 pub mod tls;
 
 pub use crate::core::error::ApiError;
+pub use crate::core::served::ServedModel;
 pub use crate::http::auth::ApiKeys;
 pub use config::{HostPolicy, ServerConfig};
 pub use models::{KeepAlive, ModelsConfig, Registry};
 pub use routes::{app, check_cors_origin, with_layers};
 pub use server::{run, shutdown_signal, DEFAULT_SHUTDOWN_GRACE};
-pub use state::{AppState, Generator};
+pub use state::AppState;
 pub use tls::TlsConfig;

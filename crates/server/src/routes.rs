@@ -22,6 +22,7 @@
 //! check.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Method};
@@ -55,6 +56,11 @@ pub fn app(state: AppState) -> Router {
     } else {
         guard(metrics)
     };
+    // The Responses API's stored responses: the OpenAI adapter's own, outliving any model.
+    let responses = Arc::new(openai::store::ResponseStore::new(
+        state.config.responses_max_entries,
+        state.config.responses_max_bytes,
+    ));
     let openai = Router::new()
         .route("/v1/models", get(models::routes::list))
         .route("/v1/models/:id", get(models::routes::one))
@@ -67,7 +73,8 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/responses/:id",
             get(openai::responses::get).delete(openai::responses::delete),
-        );
+        )
+        .layer(Extension(responses));
     let llamacpp = Router::new()
         .route("/completion", post(llamacpp::completion::completion))
         .route("/completions", post(llamacpp::completion::completion))

@@ -36,16 +36,16 @@ use crate::core::tools::{AnswerPiece, AnswerStream};
 use crate::http::sse::{sse_response, Frame, Ping};
 use crate::models::Pinned;
 
-pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_messages(body)?;
     let options = request.options;
     let tools = options.tools.clone();
-    let format = generator.tool_format;
-    let thinking = generator.thinking_for(tools.is_some(), options.grammar.is_some());
-    let generation = generate(generator, Input::Chat(request.messages), &options).await?;
+    let format = served.tool_format;
+    let thinking = served.thinking_for(tools.is_some(), options.grammar.is_some());
+    let generation = generate(served, Input::Chat(request.messages), &options).await?;
     let message = Message {
         id: random_id("msg_"),
-        model: generation.generator.model_id.clone(),
+        model: generation.served.model_id.clone(),
     };
     if options.stream {
         let ping = Frame::named("ping", &json!({"type": "ping"}));
@@ -99,9 +99,9 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     Ok(Json(body).into_response())
 }
 
-pub async fn count_tokens(Pinned { generator, body }: Pinned) -> Result<Json<Value>, ApiError> {
+pub async fn count_tokens(Pinned { served, body }: Pinned) -> Result<Json<Value>, ApiError> {
     let count = parse_count_tokens(body)?;
-    let ids = prompt_ids(&generator, Input::Chat(count.messages), count.tools).await?;
+    let ids = prompt_ids(&served, Input::Chat(count.messages), count.tools).await?;
     Ok(Json(json!({ "input_tokens": ids.len() })))
 }
 

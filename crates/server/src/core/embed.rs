@@ -18,7 +18,7 @@ use ferrox_sched::{Event, FinishReason, GenerationRequest, RequestStream};
 use crate::core::error::ApiError;
 use crate::core::generate::prompt_ids;
 use crate::core::request::{Input, Prompt};
-use crate::state::Generator;
+use crate::core::served::ServedModel;
 
 /// One input's vector and how many tokens it had.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +28,7 @@ pub struct Embedding {
 }
 
 /// Embeds every input, in order.
-pub async fn embed(g: &Arc<Generator>, inputs: Vec<Prompt>) -> Result<Vec<Embedding>, ApiError> {
+pub async fn embed(g: &Arc<ServedModel>, inputs: Vec<Prompt>) -> Result<Vec<Embedding>, ApiError> {
     let Some(pooling) = g.pooling else {
         return Err(ApiError::invalid(
             "model",

@@ -37,8 +37,8 @@ use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
 use crate::core::error::ApiError;
 use crate::core::request::{GenerationOptions, Input, Prompt, PromptPiece};
+use crate::core::served::ServedModel;
 use crate::core::tools::{prepare, Tools};
-use crate::state::Generator;
 
 /// An event of one choice.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,11 +80,11 @@ pub struct RequestUsage {
 /// Builds the prompt, submits every choice: the whole path from a
 /// validated request to a stream of events.
 pub async fn generate(
-    generator: Arc<Generator>,
+    served: Arc<ServedModel>,
     input: Input,
     options: &GenerationOptions,
 ) -> Result<Generation, ApiError> {
-    let arch = generator.model.config().arch;
+    let arch = served.model.config().arch;
     if arch.is_encoder() {
         // One check for every generating route: they all come through here.
         return Err(ApiError::invalid(
@@ -92,7 +92,7 @@ pub async fn generate(
             format!(
                 "`{}` is an encoder-only model ({}): it embeds (/v1/embeddings) and cannot \
                  generate",
-                generator.model_id,
+                served.model_id,
                 arch.name()
             ),
         ));
@@ -101,168 +101,171 @@ pub async fn generate(
     let tool_grammar = options
         .tools
         .as_ref()
-        .and_then(|t| generator.tool_format.grammar(t));
+        .and_then(|t| served.tool_format.grammar(t));
     let constraint = match options.grammar.as_ref().or(tool_grammar.as_ref()) {
         None => None,
         Some(request) => {
-            let (g, request) = (Arc::clone(&generator), request.clone());
+            let (g, request) = (Arc::clone(&served), request.clone());
             let compiled = tokio::task::spawn_blocking(move || g.grammars.compile(&request));
             Some(compiled.await.map_err(|e| ApiError::Internal {
                 message: format!("grammar compilation failed: {e}"),
             })??)
         }
     };
-    let prompt_ids = prompt_ids(&generator, input, options.tools.clone()).await?;
-    generator.submit(prompt_ids, options, chat, constraint)
+    let prompt_ids = prompt_ids(&served, input, options.tools.clone()).await?;
+    submit(&served, prompt_ids, options, chat, constraint)
 }
 
 /// The prompt's token ids (a chat with the tools it offers), rendered and tokenized on the
 /// blocking pool.
 pub async fn prompt_ids(
-    generator: &Arc<Generator>,
+    served: &Arc<ServedModel>,
     input: Input,
     tools: Option<Tools>,
 ) -> Result<Vec<u32>, ApiError> {
-    let g = Arc::clone(generator);
-    tokio::task::spawn_blocking(move || g.prompt_ids(input, tools.as_ref()))
+    let g = Arc::clone(served);
+    tokio::task::spawn_blocking(move || tokenize_input(&g, input, tools.as_ref()))
         .await
         .map_err(|e| ApiError::Internal {
             message: format!("prompt preparation failed: {e}"),
         })?
 }
 
-impl Generator {
-    /// The prompt's token ids (blocking: renders and tokenizes).
-    fn prompt_ids(&self, input: Input, tools: Option<&Tools>) -> Result<Vec<u32>, ApiError> {
-        let tokenizer = self.model.tokenizer();
-        let text = match input {
-            Input::Completion(Prompt::Tokens(ids)) => return Ok(ids),
-            Input::Completion(Prompt::Mixed(pieces)) => {
-                let mut ids = Vec::new();
-                for piece in pieces {
-                    match piece {
-                        PromptPiece::Token(id) => ids.push(id),
-                        PromptPiece::Text(text) => ids.extend(tokenizer.encode(&text, false, true)),
-                    }
+/// The prompt's token ids (blocking: renders and tokenizes).
+fn tokenize_input(
+    served: &ServedModel,
+    input: Input,
+    tools: Option<&Tools>,
+) -> Result<Vec<u32>, ApiError> {
+    let tokenizer = served.model.tokenizer();
+    let text = match input {
+        Input::Completion(Prompt::Tokens(ids)) => return Ok(ids),
+        Input::Completion(Prompt::Mixed(pieces)) => {
+            let mut ids = Vec::new();
+            for piece in pieces {
+                match piece {
+                    PromptPiece::Token(id) => ids.push(id),
+                    PromptPiece::Text(text) => ids.extend(tokenizer.encode(&text, false, true)),
                 }
-                return Ok(ids);
             }
-            Input::Completion(Prompt::Text(text)) => text,
-            Input::Chat(messages) => self.render_chat(messages, tools)?,
-        };
-        let add_bos = tokenizer.add_bos_default();
-        let mut ids = tokenizer.encode(&text, add_bos, true);
-        // A template (or a prompt) that writes the BOS text itself would give two.
-        if let (true, Some(bos)) = (add_bos, tokenizer.bos()) {
-            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-                ids.remove(0);
-            }
+            return Ok(ids);
         }
-        Ok(ids)
+        Input::Completion(Prompt::Text(text)) => text,
+        Input::Chat(messages) => render_chat(served, messages, tools)?,
+    };
+    let add_bos = tokenizer.add_bos_default();
+    let mut ids = tokenizer.encode(&text, add_bos, true);
+    // A template (or a prompt) that writes the BOS text itself would give two.
+    if let (true, Some(bos)) = (add_bos, tokenizer.bos()) {
+        if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+            ids.remove(0);
+        }
     }
+    Ok(ids)
+}
 
-    /// A chat's prompt text: the conversation prepared for the model's tool format
-    /// (`core/tools.rs`), through its template (with `tools` when the template knows them).
-    fn render_chat(
-        &self,
-        messages: Vec<ChatMessage>,
-        tools: Option<&Tools>,
-    ) -> Result<String, ApiError> {
-        let format = self.tool_format;
-        let messages = prepare(messages, tools, format);
-        let tools_json = tools.filter(|_| format.native()).map(Tools::template_json);
-        self.template
-            .render_with_tools(&messages, tools_json.as_ref(), true)
-            .map_err(|e| match e {
-                TemplateError::Raised { message } => ApiError::invalid("messages", message),
-                TemplateError::Render { detail } => ApiError::invalid("messages", detail),
-                other => ApiError::Internal {
-                    message: other.to_string(),
-                },
-            })
-    }
-
-    /// One request per choice, submitted; the merged stream of their events.
-    fn submit(
-        self: &Arc<Self>,
-        prompt_ids: Vec<u32>,
-        options: &GenerationOptions,
-        chat: bool,
-        constraint: Option<Constraint>,
-    ) -> Result<Generation, ApiError> {
-        let left = self.context_tokens.saturating_sub(prompt_ids.len());
-        let max_tokens = match options.max_tokens {
-            Some(n) => n,
-            None if options.fill_context => left.max(1),
-            None => self.default_max_tokens.min(left).max(1),
-        };
-        let mut stop = StopConfig {
-            stop_strings: options.stop.clone(),
-            stop_token_ids: Vec::new(),
-            ignore_eos: options.ignore_eos,
-        };
-        if chat && !options.ignore_eos {
-            stop.stop_token_ids.extend(&self.chat_stop_ids);
-            stop.stop_strings
-                .extend(self.chat_stop_strings.iter().cloned());
-        }
-        let base_seed = options.seed.unwrap_or_else(rand::random);
-        // Several choices share the batch with everyone else: at most half its rows at once.
-        let group = (options.n > 1).then(rand::random);
-        let prompt_tokens = prompt_ids.len();
-        let mut choices = SelectAll::new();
-        for index in 0..options.n {
-            let request = GenerationRequest {
-                prompt_ids: prompt_ids.clone(),
-                max_tokens,
-                sampling: ferrox_sched::SamplingParams {
-                    seed: base_seed.wrapping_add(index as u64),
-                    ..options.sampling.clone()
-                },
-                stop: stop.clone(),
-                logprobs: options.logprobs,
-                cache_salt: options.cache_salt.clone(),
-                reuse_cached_prompt: options.reuse_cached_prompt,
-                constraint: constraint.clone(),
-                embedding: None,
-                group,
-            };
-            // On a refusal, `choices` drops here with the streams already accepted, which
-            // cancels them.
-            let events = self
-                .scheduler
-                .submit(request)
-                .map_err(|r| ApiError::from(r).for_limit(options.max_tokens_param))?;
-            choices.push(
-                stream::unfold(events, move |mut events| async move {
-                    let event = events.recv().await?;
-                    Some((ChoiceEvent { index, event }, events))
-                })
-                .boxed(),
-            );
-        }
-        Ok(Generation {
-            generator: Arc::clone(self),
-            choices,
-            last_token: vec![None; options.n],
-            first_token: None,
-            started: Instant::now(),
-            client_stops: options.stop.clone(),
-            n: options.n,
-            usage: RequestUsage {
-                prompt_tokens,
-                completion_tokens: 0,
-                cached_tokens: prompt_tokens,
+/// A chat's prompt text: the conversation prepared for the model's tool format
+/// (`core/tools.rs`), through its template (with `tools` when the template knows them).
+fn render_chat(
+    served: &ServedModel,
+    messages: Vec<ChatMessage>,
+    tools: Option<&Tools>,
+) -> Result<String, ApiError> {
+    let format = served.tool_format;
+    let messages = prepare(messages, tools, format);
+    let tools_json = tools.filter(|_| format.native()).map(Tools::template_json);
+    served
+        .template
+        .render_with_tools(&messages, tools_json.as_ref(), true)
+        .map_err(|e| match e {
+            TemplateError::Raised { message } => ApiError::invalid("messages", message),
+            TemplateError::Render { detail } => ApiError::invalid("messages", detail),
+            other => ApiError::Internal {
+                message: other.to_string(),
             },
         })
+}
+
+/// One request per choice, submitted; the merged stream of their events.
+fn submit(
+    served: &Arc<ServedModel>,
+    prompt_ids: Vec<u32>,
+    options: &GenerationOptions,
+    chat: bool,
+    constraint: Option<Constraint>,
+) -> Result<Generation, ApiError> {
+    let left = served.context_tokens.saturating_sub(prompt_ids.len());
+    let max_tokens = match options.max_tokens {
+        Some(n) => n,
+        None if options.fill_context => left.max(1),
+        None => served.default_max_tokens.min(left).max(1),
+    };
+    let mut stop = StopConfig {
+        stop_strings: options.stop.clone(),
+        stop_token_ids: Vec::new(),
+        ignore_eos: options.ignore_eos,
+    };
+    if chat && !options.ignore_eos {
+        stop.stop_token_ids.extend(&served.chat_stop_ids);
+        stop.stop_strings
+            .extend(served.chat_stop_strings.iter().cloned());
     }
+    let base_seed = options.seed.unwrap_or_else(rand::random);
+    // Several choices share the batch with everyone else: at most half its rows at once.
+    let group = (options.n > 1).then(rand::random);
+    let prompt_tokens = prompt_ids.len();
+    let mut choices = SelectAll::new();
+    for index in 0..options.n {
+        let request = GenerationRequest {
+            prompt_ids: prompt_ids.clone(),
+            max_tokens,
+            sampling: ferrox_sched::SamplingParams {
+                seed: base_seed.wrapping_add(index as u64),
+                ..options.sampling.clone()
+            },
+            stop: stop.clone(),
+            logprobs: options.logprobs,
+            cache_salt: options.cache_salt.clone(),
+            reuse_cached_prompt: options.reuse_cached_prompt,
+            constraint: constraint.clone(),
+            embedding: None,
+            group,
+        };
+        // On a refusal, `choices` drops here with the streams already accepted, which
+        // cancels them.
+        let events = served
+            .scheduler
+            .submit(request)
+            .map_err(|r| ApiError::from(r).for_limit(options.max_tokens_param))?;
+        choices.push(
+            stream::unfold(events, move |mut events| async move {
+                let event = events.recv().await?;
+                Some((ChoiceEvent { index, event }, events))
+            })
+            .boxed(),
+        );
+    }
+    Ok(Generation {
+        served: Arc::clone(served),
+        choices,
+        last_token: vec![None; options.n],
+        first_token: None,
+        started: Instant::now(),
+        client_stops: options.stop.clone(),
+        n: options.n,
+        usage: RequestUsage {
+            prompt_tokens,
+            completion_tokens: 0,
+            cached_tokens: prompt_tokens,
+        },
+    })
 }
 
 /// A request in flight: the merged events of its choices. Dropping it cancels every choice
 /// that has not finished.
 pub struct Generation {
-    /// The generator the request started on, kept for its tokenizer and metrics.
-    pub generator: Arc<Generator>,
+    /// The served model the request started on, kept for its tokenizer and metrics.
+    pub served: Arc<ServedModel>,
     choices: SelectAll<BoxStream<'static, ChoiceEvent>>,
     /// When each choice's last token arrived (`None` before its first).
     last_token: Vec<Option<Instant>>,
@@ -322,7 +325,7 @@ impl Generation {
     pub async fn next(&mut self) -> Option<ChoiceEvent> {
         let ev = self.choices.next().await?;
         let now = Instant::now();
-        let metrics = &self.generator.metrics;
+        let metrics = &self.served.metrics;
         match &ev.event {
             Event::Token(_) => {
                 let i = ev.index;

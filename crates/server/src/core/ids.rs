@@ -11,3 +11,10 @@ pub fn random_id(prefix: &str) -> String {
         .collect();
     format!("{prefix}{suffix}")
 }
+
+/// Seconds since the Unix epoch, now: the `created` of replies and listings.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -3,6 +3,8 @@
 //!
 //! - [`request`]: the request an adapter parses its body into ([`request::Input`] and
 //!   [`request::GenerationOptions`]);
+//! - [`served`]: the served model — one loaded version of a model with its template,
+//!   scheduler, grammar compiler and tool syntax — and how it starts;
 //! - [`generate`]: the one generation path — the prompt rendered and tokenized, one
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
@@ -12,7 +14,7 @@
 //!   its grammar, and reading calls back;
 //! - [`reasoning`]: a thinking model's `<think>` block split from its answer;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
-//! - [`ids`]: random ids for replies and stored objects;
+//! - [`ids`]: random ids (and timestamps) for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
 //!   each protocol its body).
 
@@ -24,6 +26,7 @@ pub mod grammar;
 pub mod ids;
 pub mod reasoning;
 pub mod request;
+pub mod served;
 pub mod stream;
 pub mod tool_syntax;
 pub mod tools;

@@ -106,7 +106,7 @@ impl<E: Encoder> Driver<E> {
 
 /// The chunks `encoder` makes of `generation`, in order.
 pub fn drive<E: Encoder>(generation: Generation, encoder: E) -> impl Stream<Item = E::Chunk> {
-    let stop = generation.generator.streams_stopped();
+    let stop = generation.served.streams_stopped();
     let driver = Driver {
         generation,
         encoder,

@@ -33,24 +33,24 @@ use super::parse::{parse_completion, parse_infill, Infill, NativeOptions};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, Generation};
 use crate::core::request::{Input, Prompt, PromptPiece};
+use crate::core::served::ServedModel;
 use crate::core::stream::{drive, Encoder};
 use crate::http::sse::{sse_response, Frame, Ping};
 use crate::models::Pinned;
-use crate::state::Generator;
 
-pub async fn completion(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
+pub async fn completion(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let (prompt, native) = parse_completion(body)?;
-    serve(generator, prompt, native).await
+    serve(served, prompt, native).await
 }
 
-pub async fn infill(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
+pub async fn infill(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let (infill, native) = parse_infill(body)?;
-    let prompt = infill_prompt(&generator, infill)?;
-    serve(generator, prompt, native).await
+    let prompt = infill_prompt(&served, infill)?;
+    serve(served, prompt, native).await
 }
 
 /// The fill-in-the-middle layout of `infill` with the model's FIM tokens.
-fn infill_prompt(g: &Generator, infill: Infill) -> Result<Prompt, ApiError> {
+fn infill_prompt(g: &ServedModel, infill: Infill) -> Result<Prompt, ApiError> {
     let tokenizer = g.model.tokenizer();
     let fim = tokenizer.fim();
     let (Some(pre), Some(suf), Some(mid)) = (fim.pre, fim.suf, fim.mid) else {
@@ -89,18 +89,18 @@ fn infill_prompt(g: &Generator, infill: Infill) -> Result<Prompt, ApiError> {
 }
 
 async fn serve(
-    generator: Arc<Generator>,
+    served: Arc<ServedModel>,
     prompt: Prompt,
     mut native: NativeOptions,
 ) -> Result<Response, ApiError> {
     // Text keys of `logit_bias`: every token of the text gets the bias.
-    let tokenizer = generator.model.tokenizer();
+    let tokenizer = served.model.tokenizer();
     for (text, bias) in std::mem::take(&mut native.bias_texts) {
         for id in tokenizer.encode(&text, false, false) {
             native.options.sampling.logit_bias.push((id, bias));
         }
     }
-    let generation = generate(generator, Input::Completion(prompt), &native.options).await?;
+    let generation = generate(served, Input::Completion(prompt), &native.options).await?;
     let stream = native.options.stream;
     let encoder = Native {
         native,
@@ -115,7 +115,7 @@ async fn serve(
     let text = &out.completion.text;
     let mut body = encoder.final_object(&generation, &out.completion, &out.finish, text);
     if encoder.native.options.logprobs.is_some() {
-        let g = &generation.generator;
+        let g = &generation.served;
         let probs: Vec<Value> = out.tokens.iter().map(|t| probability(g, t)).collect();
         body["completion_probabilities"] = json!(probs);
     }
@@ -123,7 +123,7 @@ async fn serve(
 }
 
 /// One token's `completion_probabilities` entry.
-fn probability(g: &Generator, t: &TokenEvent) -> Value {
+fn probability(g: &ServedModel, t: &TokenEvent) -> Value {
     let entry = |id: u32, logprob: Option<f32>| {
         let (token, bytes) = g.token_piece(id);
         json!({"id": id, "token": token, "bytes": bytes, "logprob": logprob})
@@ -171,7 +171,7 @@ impl Native {
             "tokens": tokens,
             "id_slot": -1,
             "stop": true,
-            "model": g.generator.model_id,
+            "model": g.served.model_id,
             "tokens_predicted": u.completion_tokens,
             "tokens_evaluated": u.prompt_tokens,
             "tokens_cached": u.prompt_tokens + u.completion_tokens,
@@ -226,7 +226,7 @@ impl Encoder for Native {
             "tokens_evaluated": g.usage().prompt_tokens,
         });
         if self.native.options.logprobs.is_some() {
-            chunk["completion_probabilities"] = json!([probability(&g.generator, token)]);
+            chunk["completion_probabilities"] = json!([probability(&g.served, token)]);
         }
         vec![Frame::data(&chunk)]
     }

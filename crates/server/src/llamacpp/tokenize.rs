@@ -17,7 +17,7 @@ use crate::core::error::ApiError;
 use crate::http::params::Fields;
 use crate::models::Pinned;
 
-pub async fn tokenize(Pinned { generator: g, body }: Pinned) -> Result<Json<Value>, ApiError> {
+pub async fn tokenize(Pinned { served: g, body }: Pinned) -> Result<Json<Value>, ApiError> {
     let mut f = Fields::from_body(body)?;
     let content: String = f.require("content")?;
     // Which model's tokenizer: `Pinned` resolved it from this field.
@@ -56,7 +56,7 @@ pub async fn tokenize(Pinned { generator: g, body }: Pinned) -> Result<Json<Valu
     Ok(Json(out))
 }
 
-pub async fn detokenize(Pinned { generator: g, body }: Pinned) -> Result<Json<Value>, ApiError> {
+pub async fn detokenize(Pinned { served: g, body }: Pinned) -> Result<Json<Value>, ApiError> {
     let mut f = Fields::from_body(body)?;
     let tokens: Vec<u32> = f.require("tokens")?;
     f.take::<String>("model")?;

@@ -2,7 +2,7 @@
 //! extractor that hands a request the model it names, and the routes that list, load and
 //! unload models (`routes.rs`).
 //!
-//! Why a request is pinned: it takes the model's `Arc<Generator>` once, from parse to last
+//! Why a request is pinned: it takes the model's `Arc<ServedModel>` once, from parse to last
 //! token, so a hot swap (a new file loaded under an id that is serving) switches only new
 //! requests; one running finishes on the version it started with, and no answer splices two
 //! checkpoints or takes its context limit from the wrong one. The old version is dropped

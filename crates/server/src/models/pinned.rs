@@ -11,12 +11,13 @@ use serde_json::Value;
 
 use super::keep_alive::KeepAlive;
 use crate::core::error::ApiError;
+use crate::core::served::ServedModel;
 use crate::http::params::JsonBody;
-use crate::state::{AppState, Generator};
+use crate::state::AppState;
 
 /// The model a request runs on, pinned until the request ends, and its body.
 pub struct Pinned {
-    pub generator: Arc<Generator>,
+    pub served: Arc<ServedModel>,
     /// The body without `keep_alive`, which is the registry's and is taken here; `model` is
     /// left for the protocol's parser, which checks its type with the rest.
     pub body: Value,
@@ -33,7 +34,7 @@ impl FromRequest<AppState> for Pinned {
             Some(v) => Some(KeepAlive::from_json(&v)?),
         };
         let name = body.get("model").and_then(Value::as_str);
-        let generator = state.models.acquire(name, keep_alive).await?;
-        Ok(Pinned { generator, body })
+        let served = state.models.acquire(name, keep_alive).await?;
+        Ok(Pinned { served, body })
     }
 }

@@ -3,7 +3,7 @@
 //! One lock guards the table and is never held across a load or an await: a load runs on
 //! the blocking pool and takes the lock only to reserve room and to publish its result.
 //!
-//! **Busy** means some request holds the model's `Arc<Generator>` (its pin, taken under the
+//! **Busy** means some request holds the model's `Arc<ServedModel>` (its pin, taken under the
 //! lock, kept until its last byte is sent), so `Arc::strong_count > 1`. Since pins are only
 //! taken under the lock, a count of one seen under the lock cannot change before the lock is
 //! released: that is when a model may be unloaded, and the only time. Requests waiting on a
@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use super::keep_alive::KeepAlive;
 use crate::config::ServerConfig;
 use crate::core::error::ApiError;
+use crate::core::served::ServedModel;
 use crate::http::metrics::Metrics;
-use crate::state::Generator;
 
 /// What the registry loads models with, and what bounds it.
 #[derive(Debug, Clone)]
@@ -66,7 +66,7 @@ const ROOM_POLL: Duration = Duration::from_millis(50);
 pub const ROOM_WAIT: Duration = Duration::from_secs(300);
 
 /// A load's outcome, as its waiters receive it.
-type LoadResult = Result<Arc<Generator>, ApiError>;
+type LoadResult = Result<Arc<ServedModel>, ApiError>;
 
 /// A model's state in a listing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub struct ModelInfo {
     pub id: String,
     pub status: Status,
     /// The version serving now, if one is.
-    pub generator: Option<Arc<Generator>>,
+    pub served: Option<Arc<ServedModel>>,
     /// Why the last load failed.
     pub reason: Option<String>,
     /// Weights and KV pool of the version serving, as priced before it loaded.
@@ -123,7 +123,7 @@ struct Entry {
     /// The file a load reads; `None` for a model handed over already loaded (tests), which
     /// is never unloaded since it could not come back.
     path: Option<PathBuf>,
-    serving: Option<Arc<Generator>>,
+    serving: Option<Arc<ServedModel>>,
     /// Set while a load runs; every request for an unloaded model waits on this one.
     loading: Option<watch::Receiver<Option<LoadResult>>>,
     failed: Option<String>,
@@ -260,7 +260,7 @@ pub struct Registry {
     server: Arc<ServerConfig>,
     metrics: Arc<Metrics>,
     pool: OnceLock<Arc<ThreadPool>>,
-    /// Set when the shutdown grace is over; every generator's streams watch it.
+    /// Set when the shutdown grace is over; every served model's streams watch it.
     stop_streams: watch::Sender<bool>,
 }
 
@@ -313,7 +313,7 @@ impl Registry {
     }
 
     /// Serves an already loaded model under `id` (it is never unloaded).
-    pub fn insert(&self, id: &str, model: Arc<Model>) -> Result<Arc<Generator>, String> {
+    pub fn insert(&self, id: &str, model: Arc<Model>) -> Result<Arc<ServedModel>, String> {
         let g = Arc::new(self.start(model, id)?);
         let mut t = self.table();
         let at = match t.position(id) {
@@ -327,15 +327,16 @@ impl Registry {
         Ok(g)
     }
 
-    fn start(&self, model: Arc<Model>, id: &str) -> Result<Generator, String> {
-        Generator::start(
+    fn start(&self, model: Arc<Model>, id: &str) -> Result<ServedModel, String> {
+        ServedModel::start(
             model,
             id.to_string(),
             self.config.scheduler.clone(),
-            &self.server,
+            &self.server.serve_options(),
             Arc::clone(&self.metrics),
             self.stop_streams.subscribe(),
         )
+        .map_err(|e| e.to_string())
     }
 
     /// The model a request names (`None`: the default), loaded if it is not, pinned for the
@@ -345,7 +346,7 @@ impl Registry {
         self: &Arc<Self>,
         name: Option<&str>,
         keep_alive: Option<KeepAlive>,
-    ) -> Result<Arc<Generator>, ApiError> {
+    ) -> Result<Arc<ServedModel>, ApiError> {
         let rx = {
             let mut t = self.table();
             let at = t.find(name)?;
@@ -374,7 +375,7 @@ impl Registry {
         self: &Arc<Self>,
         id: &str,
         path: Option<PathBuf>,
-    ) -> Result<Arc<Generator>, ApiError> {
+    ) -> Result<Arc<ServedModel>, ApiError> {
         if let Some(p) = &path {
             if !p.is_file() {
                 return Err(ApiError::invalid(
@@ -525,7 +526,7 @@ impl Registry {
         id: &str,
         path: &Path,
         tx: &watch::Sender<Option<LoadResult>>,
-    ) -> Result<(Arc<Generator>, u64), ApiError> {
+    ) -> Result<(Arc<ServedModel>, u64), ApiError> {
         let needed = self
             .price(path)
             .map_err(|reason| load_failed(id, path, reason))?;
@@ -632,7 +633,7 @@ impl Registry {
                 ModelInfo {
                     id: e.id.clone(),
                     status,
-                    generator: e.serving.clone(),
+                    served: e.serving.clone(),
                     reason: e.failed.clone(),
                     memory_bytes: e.bytes,
                     busy,
@@ -645,7 +646,7 @@ impl Registry {
     }
 
     /// The versions serving now.
-    pub fn loaded(&self) -> Vec<Arc<Generator>> {
+    pub fn loaded(&self) -> Vec<Arc<ServedModel>> {
         self.table()
             .entries
             .iter()
@@ -654,7 +655,7 @@ impl Registry {
     }
 
     /// The version of `id` serving now, without loading it (`None`: the default model).
-    pub fn get(&self, id: Option<&str>) -> Option<Arc<Generator>> {
+    pub fn get(&self, id: Option<&str>) -> Option<Arc<ServedModel>> {
         let t = self.table();
         let at = t.find(id).ok()?;
         t.entries[at].serving.clone()
@@ -687,7 +688,7 @@ async fn wait(mut rx: watch::Receiver<Option<LoadResult>>) -> LoadResult {
 /// Builds the grammar engine's token trie (about a second on a large vocabulary) off the
 /// request path, on idle CPU only: at normal priority it took a core from the first
 /// request's prefill (turn 1 of a conversation 0.7-1 s slower when it came right after a
-/// load). It holds the grammars, not the generator, so it never makes the model busy.
+/// load). It holds the grammars, not the served model, so it never makes the model busy.
 fn warm_grammars(grammars: crate::core::grammar::Grammars) {
     let _ = std::thread::Builder::new()
         .name("ferrox-grammar-warm".into())

@@ -11,15 +11,17 @@ use serde_json::{json, Value};
 
 use super::registry::{ModelInfo, Status, Unload};
 use crate::core::error::ApiError;
+use crate::core::ids::unix_now;
+use crate::core::served::ServedModel;
 use crate::http::params::{Fields, JsonBody};
-use crate::state::{unix_now, AppState, Generator};
+use crate::state::AppState;
 
 /// A model in OpenAI's shape, plus `status` and what a `ferrox ps` shows in `ferrox`.
 fn model_object(m: &ModelInfo) -> Value {
     let mut obj = json!({
         "id": m.id,
         "object": "model",
-        "created": m.generator.as_ref().map_or(0, |g| g.created),
+        "created": m.served.as_ref().map_or(0, |g| g.created),
         "owned_by": "ferrox",
         "status": m.status.name(),
         "ferrox": {
@@ -33,7 +35,7 @@ fn model_object(m: &ModelInfo) -> Value {
     if let Some(reason) = &m.reason {
         obj["ferrox"]["reason"] = json!(reason);
     }
-    if let Some(g) = &m.generator {
+    if let Some(g) = &m.served {
         obj["meta"] = meta(g);
         // How its template writes tool calls (`core/tool_syntax.rs`).
         obj["ferrox"]["tool_format"] = json!(g.tool_format.name());
@@ -42,7 +44,7 @@ fn model_object(m: &ModelInfo) -> Value {
 }
 
 /// llama-server's `meta` of a loaded model.
-fn meta(g: &Generator) -> Value {
+fn meta(g: &ServedModel) -> Value {
     json!({
         "arch": g.model.config().arch.name(),
         "n_vocab": g.model.vocab_size(),

@@ -17,20 +17,20 @@ use crate::core::error::ApiError;
 use crate::core::generate::{ChoiceOutput, Finish};
 use crate::core::reasoning::{self, Thinking};
 use crate::core::request::Input;
+use crate::core::served::ServedModel;
 use crate::core::tools::Tools;
 use crate::models::Pinned;
 use crate::openai::parse::parse_chat;
 use crate::openai::tool_calls::{tool_calls_json, StreamedCall};
-use crate::state::Generator;
 
-pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_chat(body)?;
     let tools = request.options.tools.as_ref();
-    let thinking = generator.thinking_for(tools.is_some(), request.options.grammar.is_some());
+    let thinking = served.thinking_for(tools.is_some(), request.options.grammar.is_some());
     let calls = match (tools, thinking) {
         (None, None) => Vec::new(),
         _ => (0..request.options.n)
-            .map(|_| StreamedCall::new(tools, generator.tool_format, thinking))
+            .map(|_| StreamedCall::new(tools, served.tool_format, thinking))
             .collect(),
     };
     let shape = Chat {
@@ -41,7 +41,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     };
     let input = Input::Chat(request.messages);
     serve(
-        generator,
+        served,
         input,
         &request.options,
         request.include_usage,
@@ -51,7 +51,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
 }
 
 /// One token's logprob entry: its text, logprob, bytes and best alternatives.
-fn logprob_entry(g: &Generator, t: &TokenEvent) -> Value {
+fn logprob_entry(g: &ServedModel, t: &TokenEvent) -> Value {
     let (token, bytes) = g.token_piece(t.id);
     let top: Vec<Value> = t
         .top_logprobs
@@ -84,7 +84,7 @@ impl Shape for Chat {
     const CHUNK_OBJECT: &'static str = "chat.completion.chunk";
     const ID_PREFIX: &'static str = "chatcmpl";
 
-    fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value {
+    fn choice(&self, g: &ServedModel, index: usize, out: &ChoiceOutput) -> Value {
         let calls = self
             .tools
             .as_ref()
@@ -132,7 +132,7 @@ impl Shape for Chat {
         Some(Self::delta(index, delta, Value::Null, None))
     }
 
-    fn token(&mut self, g: &Generator, index: usize, token: &TokenEvent) -> Option<Value> {
+    fn token(&mut self, g: &ServedModel, index: usize, token: &TokenEvent) -> Option<Value> {
         if token.text.is_empty() && !self.logprobs {
             return None;
         }

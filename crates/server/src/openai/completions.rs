@@ -14,11 +14,11 @@ use super::{finish_reason, serve, Shape};
 use crate::core::error::ApiError;
 use crate::core::generate::{ChoiceOutput, Finish};
 use crate::core::request::Input;
+use crate::core::served::ServedModel;
 use crate::models::Pinned;
 use crate::openai::parse::parse_completion;
-use crate::state::Generator;
 
-pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let request = parse_completion(body)?;
     let shape = Completions {
         logprobs: request.options.logprobs.is_some(),
@@ -26,7 +26,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     };
     let input = Input::Completion(request.prompt);
     serve(
-        generator,
+        served,
         input,
         &request.options,
         request.include_usage,
@@ -46,7 +46,7 @@ struct LegacyLogprobs {
 
 impl LegacyLogprobs {
     /// Adds token `t`, whose text starts at character `offset` of the choice's text.
-    fn push(&mut self, g: &Generator, t: &TokenEvent, offset: &mut usize) {
+    fn push(&mut self, g: &ServedModel, t: &TokenEvent, offset: &mut usize) {
         let (token, _) = g.token_piece(t.id);
         let mut top = Map::new();
         for &(id, logprob) in &t.top_logprobs {
@@ -84,7 +84,7 @@ impl Shape for Completions {
     const CHUNK_OBJECT: &'static str = "text_completion";
     const ID_PREFIX: &'static str = "cmpl";
 
-    fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value {
+    fn choice(&self, g: &ServedModel, index: usize, out: &ChoiceOutput) -> Value {
         let logprobs = self.logprobs.then(|| {
             let mut acc = LegacyLogprobs::default();
             let mut offset = 0;
@@ -97,7 +97,7 @@ impl Shape for Completions {
         choice(index, &out.completion.text, json!(logprobs), Some(reason))
     }
 
-    fn token(&mut self, g: &Generator, index: usize, token: &TokenEvent) -> Option<Value> {
+    fn token(&mut self, g: &ServedModel, index: usize, token: &TokenEvent) -> Option<Value> {
         if token.text.is_empty() && !self.logprobs {
             return None;
         }

@@ -26,7 +26,7 @@ enum Encoding {
     Base64,
 }
 
-pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiError> {
+pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let mut f = Fields::from_body(body)?;
     // Taken for its type check; `Pinned` resolved the model from it.
     f.take::<String>("model")?;
@@ -49,7 +49,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     }
     f.accept("user");
     f.finish()?;
-    let embeddings = embed(&generator, inputs).await?;
+    let embeddings = embed(&served, inputs).await?;
     let tokens: usize = embeddings.iter().map(|e| e.tokens).sum();
     let data: Vec<Value> = embeddings
         .iter()
@@ -65,7 +65,7 @@ pub async fn handle(Pinned { generator, body }: Pinned) -> Result<Response, ApiE
     Ok(Json(json!({
         "object": "list",
         "data": data,
-        "model": generator.model_id,
+        "model": served.model_id,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }))
     .into_response())

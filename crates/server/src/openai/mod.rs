@@ -29,10 +29,11 @@ use serde_json::{json, Value};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, ChoiceOutput, Finish, Generation, RequestUsage};
 pub use crate::core::ids::random_id;
+use crate::core::ids::unix_now;
 use crate::core::request::{GenerationOptions, Input};
+use crate::core::served::ServedModel;
 use crate::core::stream::{drive, Encoder};
 use crate::http::sse::{sse_response, Frame, Ping};
-use crate::state::{unix_now, Generator};
 
 /// The fields every reply and chunk of one request carries.
 #[derive(Debug, Clone)]
@@ -110,13 +111,13 @@ pub trait Shape: Send + 'static {
     const CHUNK_OBJECT: &'static str;
     const ID_PREFIX: &'static str;
     /// One choice of the whole reply.
-    fn choice(&self, g: &Generator, index: usize, out: &ChoiceOutput) -> Value;
+    fn choice(&self, g: &ServedModel, index: usize, out: &ChoiceOutput) -> Value;
     /// The choice of a chunk's opening (chat's role delta), if any.
     fn opening(&self, _index: usize) -> Option<Value> {
         None
     }
     /// A token's chunk choice, or `None` when it carries nothing to send.
-    fn token(&mut self, g: &Generator, index: usize, token: &TokenEvent) -> Option<Value>;
+    fn token(&mut self, g: &ServedModel, index: usize, token: &TokenEvent) -> Option<Value>;
     /// The chunk choice for text a choice's end released.
     fn text(&mut self, index: usize, text: &str) -> Value;
     /// The last chunk choice of a choice.
@@ -125,14 +126,14 @@ pub trait Shape: Send + 'static {
 
 /// The whole request for chat and completions: generate, then reply or stream.
 pub async fn serve<S: Shape>(
-    generator: Arc<Generator>,
+    served: Arc<ServedModel>,
     input: Input,
     options: &GenerationOptions,
     include_usage: bool,
     shape: S,
 ) -> Result<Response, ApiError> {
-    let generation = generate(generator, input, options).await?;
-    let envelope = Envelope::new(S::ID_PREFIX, &generation.generator.model_id);
+    let generation = generate(served, input, options).await?;
+    let envelope = Envelope::new(S::ID_PREFIX, &generation.served.model_id);
     if options.stream {
         let encoder = Chunks {
             envelope,
@@ -141,14 +142,14 @@ pub async fn serve<S: Shape>(
         };
         return Ok(sse_response(drive(generation, encoder), Ping::Comment));
     }
-    let generator = Arc::clone(&generation.generator);
+    let served = Arc::clone(&generation.served);
     let mut generation = generation;
     let outputs = generation.collect().await?;
     let usage = generation.usage();
     let choices = outputs
         .iter()
         .enumerate()
-        .map(|(index, out)| shape.choice(&generator, index, out))
+        .map(|(index, out)| shape.choice(&served, index, out))
         .collect();
     let mut body = envelope.wrap(S::OBJECT, choices);
     body["usage"] = usage_json(usage);
@@ -183,7 +184,7 @@ impl<S: Shape> Encoder for Chunks<S> {
     }
 
     fn token(&mut self, g: &Generation, index: usize, token: &TokenEvent) -> Vec<Frame> {
-        let choice = self.shape.token(&g.generator, index, token);
+        let choice = self.shape.token(&g.served, index, token);
         choice.map(|c| self.frame(vec![c])).into_iter().collect()
     }
 

@@ -25,9 +25,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::{ChatMessage, ChatToolCall};
 
@@ -41,6 +41,7 @@ use super::tool_calls::tool_choice;
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, RequestUsage};
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
+use crate::core::ids::unix_now;
 use crate::core::reasoning::{self, Thinking};
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::drive;
@@ -49,7 +50,6 @@ use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 use crate::http::sse::{sse_response, Ping};
 use crate::models::Pinned;
-use crate::state::{unix_now, AppState};
 
 /// A parsed `/v1/responses` body.
 #[derive(Debug, Clone, PartialEq)]
@@ -292,14 +292,13 @@ fn input_item(item: Value, path: &str) -> Result<InputItem, ApiError> {
 }
 
 pub async fn create(
-    State(state): State<AppState>,
-    Pinned { generator, body }: Pinned,
+    Extension(responses): Extension<Arc<ResponseStore>>,
+    Pinned { served, body }: Pinned,
 ) -> Result<Response, ApiError> {
     let request = parse_request(body)?;
     let mut history = match &request.previous_response_id {
         None => Vec::new(),
-        Some(id) => state
-            .responses
+        Some(id) => responses
             .get(id)
             .ok_or_else(|| ApiError::ObjectNotFound {
                 what: "response",
@@ -314,12 +313,12 @@ pub async fn create(
         prompt.push(ChatMessage::new("system", instructions.clone()));
     }
     prompt.extend(history.iter().cloned());
-    let thinking = generator.thinking_for(
+    let thinking = served.thinking_for(
         request.options.tools.is_some(),
         request.options.grammar.is_some(),
     );
-    let tool_format = generator.tool_format;
-    let generation = generate(generator, Input::Chat(prompt), &request.options).await?;
+    let tool_format = served.tool_format;
+    let generation = generate(served, Input::Chat(prompt), &request.options).await?;
     let draft = Draft {
         id: random_id("resp_"),
         item_id: random_id("msg_"),
@@ -329,10 +328,10 @@ pub async fn create(
         call_item_id: random_id("fc_"),
         call_id: random_id("call_"),
         created_at: unix_now(),
-        model: generation.generator.model_id.clone(),
+        model: generation.served.model_id.clone(),
         request,
         history,
-        store: Arc::clone(&state.responses),
+        store: responses,
     };
     if draft.request.options.stream {
         let encoder = Events::new(draft);
@@ -347,10 +346,10 @@ pub async fn create(
 }
 
 pub async fn get(
-    State(state): State<AppState>,
+    Extension(responses): Extension<Arc<ResponseStore>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    match state.responses.get(&id) {
+    match responses.get(&id) {
         Some(stored) => Ok(Json(stored.response.clone())),
         None => Err(ApiError::ObjectNotFound {
             what: "response",
@@ -360,10 +359,10 @@ pub async fn get(
 }
 
 pub async fn delete(
-    State(state): State<AppState>,
+    Extension(responses): Extension<Arc<ResponseStore>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    match state.responses.delete(&id) {
+    match responses.delete(&id) {
         true => Ok(Json(
             json!({"id": id, "object": "response", "deleted": true}),
         )),

@@ -36,10 +36,6 @@ impl Stored {
     }
 }
 
-/// Default caps: 1,024 responses, 64 MiB.
-pub const DEFAULT_MAX_ENTRIES: usize = 1024;
-pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
-
 /// The store. Cheap to share: one mutex over the map, held for a lookup or an insert.
 #[derive(Debug)]
 pub struct ResponseStore {

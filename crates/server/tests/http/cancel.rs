@@ -188,7 +188,7 @@ async fn cut_by_the_grace(path: &str, body: serde_json::Value) -> Vec<SseEvent> 
     }
     server_rt.shutdown_background();
     // Its request is cancelled.
-    let status = || state.generator().unwrap().scheduler.status();
+    let status = || state.served().unwrap().scheduler.status();
     let deadline = Instant::now() + Duration::from_secs(5);
     while status().running > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -74,7 +74,7 @@ pub fn ready_state(
     state
         .models
         .insert(&id, Arc::new(model))
-        .expect("generator starts");
+        .expect("served starts");
     state.set_ready();
     state
 }
@@ -201,7 +201,7 @@ impl TestServer {
     }
 
     pub fn status(&self) -> SchedulerStatus {
-        self.state.generator().unwrap().scheduler.status()
+        self.state.served().unwrap().scheduler.status()
     }
 
     /// Polls the scheduler status until `done` holds (true) or `timeout` passes (false).

@@ -49,7 +49,7 @@ fn from_base64(s: &str) -> Vec<f32> {
 #[tokio::test]
 async fn a_reply_has_openais_shape_and_unit_vectors_of_the_models_width() {
     let s = server().await;
-    let g = s.state.generator().unwrap();
+    let g = s.state.served().unwrap();
     let (status, v) = s
         .post(
             "/v1/embeddings",
