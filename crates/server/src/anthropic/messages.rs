@@ -26,13 +26,12 @@ use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Value};
 
 use super::parse::{parse_count_tokens, parse_messages};
+use crate::core::answer::{Answer, AnswerPiece, AnswerStream};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, prompt_ids, Finish, Generation, RequestUsage};
 use crate::core::ids::random_id;
-use crate::core::reasoning;
 use crate::core::request::Input;
 use crate::core::stream::{drive, Encoder};
-use crate::core::tools::{AnswerPiece, AnswerStream};
 use crate::http::sse::{sse_response, Frame, Ping};
 use crate::models::Pinned;
 
@@ -62,26 +61,17 @@ pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiErro
     let outputs = generation.collect().await?;
     let usage = generation.usage();
     let out = &outputs[0];
-    let calls = tools
-        .as_ref()
-        .and_then(|t| format.parse(&t.choice, &out.completion.text));
-    let mut body = match thinking {
-        Some(t) => {
-            let (reasoning, answer) = reasoning::split(&out.completion.text, t);
-            let mut body = message.object(&answer, usage);
-            if let Some(r) = reasoning {
-                let block = json!({"type": "thinking", "thinking": r, "signature": ""});
-                body["content"]
-                    .as_array_mut()
-                    .expect("an array")
-                    .insert(0, block);
-            }
-            body
-        }
-        None => message.object(&out.completion.text, usage),
-    };
+    let answer = Answer::read(&out.completion.text, tools.as_ref(), format, thinking);
+    let mut body = message.object(&answer.text, usage);
+    if let Some(r) = &answer.reasoning {
+        let block = json!({"type": "thinking", "thinking": r, "signature": ""});
+        body["content"]
+            .as_array_mut()
+            .expect("an array")
+            .insert(0, block);
+    }
     set_stop(&mut body, &out.finish);
-    if let Some(calls) = calls {
+    if let Some(calls) = &answer.calls {
         let blocks: Vec<Value> = calls
             .iter()
             .map(|call| {
@@ -91,7 +81,7 @@ pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiErro
                        "input": input})
             })
             .collect();
-        if !blocks.is_empty() && out.finish == Finish::EndOfTurn {
+        if answer.called() && out.finish == Finish::EndOfTurn {
             body["stop_reason"] = json!("tool_use");
         }
         body["content"] = json!(blocks);

@@ -35,10 +35,11 @@ use ferrox_sched::{
 };
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
+use crate::core::conversation::prepare;
 use crate::core::error::ApiError;
 use crate::core::request::{GenerationOptions, Input, Prompt, PromptPiece};
 use crate::core::served::ServedModel;
-use crate::core::tools::{prepare, Tools};
+use crate::core::tools::Tools;
 
 /// An event of one choice.
 #[derive(Debug, Clone, PartialEq)]

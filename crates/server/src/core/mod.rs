@@ -9,15 +9,19 @@
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
 //!   constraint (llguidance), failing closed; [`gbnf`] translates llama.cpp's grammars for it;
-//! - [`tools`]: tool calling — the tools offered, the conversation as the template takes it,
-//!   an answer split into text and calls; [`tool_syntax`]: each model family's call syntax,
-//!   its grammar, and reading calls back;
+//! - [`tools`]: tool calling's types — the tools offered, the calls made; [`tool_syntax`]:
+//!   each model family's call syntax, its grammar, and reading calls back;
+//!   [`conversation`]: the conversation as the model's template takes it (calls and results
+//!   written out for a template without tools); [`answer`]: an answer read as text,
+//!   reasoning or calls, streamed ([`answer::AnswerStream`]) or whole ([`answer::Answer`]);
 //! - [`reasoning`]: a thinking model's `<think>` block split from its answer;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids (and timestamps) for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
 //!   each protocol its body).
 
+pub mod answer;
+pub mod conversation;
 pub mod embed;
 pub mod error;
 pub mod gbnf;

@@ -13,9 +13,10 @@ use ferrox_sched::TokenEvent;
 use serde_json::{json, Value};
 
 use super::{finish_reason, serve, Shape};
+use crate::core::answer::Answer;
 use crate::core::error::ApiError;
 use crate::core::generate::{ChoiceOutput, Finish};
-use crate::core::reasoning::{self, Thinking};
+use crate::core::reasoning::Thinking;
 use crate::core::request::Input;
 use crate::core::served::ServedModel;
 use crate::core::tools::Tools;
@@ -85,35 +86,30 @@ impl Shape for Chat {
     const ID_PREFIX: &'static str = "chatcmpl";
 
     fn choice(&self, g: &ServedModel, index: usize, out: &ChoiceOutput) -> Value {
-        let calls = self
-            .tools
-            .as_ref()
-            .and_then(|t| g.tool_format.parse(&t.choice, &out.completion.text));
-        let (message, reason) = match calls {
+        let answer = Answer::read(
+            &out.completion.text,
+            self.tools.as_ref(),
+            g.tool_format,
+            self.thinking,
+        );
+        let mut message = json!({"role": "assistant", "refusal": null});
+        let reason = match &answer.calls {
             Some(calls) => {
-                let mut message = json!({"role": "assistant", "content": null, "refusal": null});
+                message["content"] = Value::Null;
                 if !calls.is_empty() {
-                    message["tool_calls"] = tool_calls_json(&calls);
+                    message["tool_calls"] = tool_calls_json(calls);
                 }
-                let reason = match (calls.is_empty(), &out.finish) {
-                    (false, Finish::EndOfTurn) => "tool_calls",
+                match (answer.called(), &out.finish) {
+                    (true, Finish::EndOfTurn) => "tool_calls",
                     (_, finish) => finish_reason(finish),
-                };
-                (message, reason)
+                }
             }
             None => {
-                let mut message = json!({"role": "assistant", "refusal": null});
-                match self.thinking {
-                    Some(t) => {
-                        let (reasoning, answer) = reasoning::split(&out.completion.text, t);
-                        message["content"] = json!(answer);
-                        if let Some(r) = reasoning {
-                            message["reasoning_content"] = json!(r);
-                        }
-                    }
-                    None => message["content"] = json!(out.completion.text),
+                message["content"] = json!(answer.text);
+                if let Some(r) = &answer.reasoning {
+                    message["reasoning_content"] = json!(r);
                 }
-                (message, finish_reason(&out.finish))
+                finish_reason(&out.finish)
             }
         };
         json!({

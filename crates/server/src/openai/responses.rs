@@ -38,15 +38,16 @@ use super::random_id;
 use super::responses_stream::Events;
 use super::store::{ResponseStore, Stored};
 use super::tool_calls::tool_choice;
+use crate::core::answer::Answer;
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, RequestUsage};
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::ids::unix_now;
-use crate::core::reasoning::{self, Thinking};
+use crate::core::reasoning::Thinking;
 use crate::core::request::{GenerationOptions, Input};
 use crate::core::stream::drive;
 use crate::core::tool_syntax::ToolFormat;
-use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
+use crate::core::tools::{Parallel, Tool, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 use crate::http::sse::{sse_response, Ping};
 use crate::models::Pinned;
@@ -504,24 +505,23 @@ impl Draft {
         })
     }
 
-    /// The calls in the answer; `None` when it is text.
-    fn calls(&self, text: &str) -> Option<Vec<ToolCall>> {
-        let tools = self.request.options.tools.as_ref()?;
-        self.tool_format.parse(&tools.choice, text)
-    }
-
     /// The finished response, stored if asked.
     /// A thinking model's reasoning comes first, as its own item; the history keeps only the
     /// answer (thinking templates drop past reasoning too).
     pub(super) fn finished(&self, text: &str, finish: &Finish, usage: RequestUsage) -> Value {
         let complete = *finish != Finish::Length;
         let status = if complete { "completed" } else { "incomplete" };
-        let (reasoning, text) = match self.thinking {
-            Some(t) => reasoning::split(text, t),
-            None => (None, text.to_string()),
-        };
+        let Answer {
+            reasoning,
+            text,
+            calls,
+        } = Answer::read(
+            text,
+            self.request.options.tools.as_ref(),
+            self.tool_format,
+            self.thinking,
+        );
         let text = text.as_str();
-        let calls = self.calls(text);
         let items: Vec<Value> = match &calls {
             Some(calls) => calls
                 .iter()

@@ -15,10 +15,10 @@ use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Value};
 
 use super::responses::{text_part_json, Draft};
+use crate::core::answer::{AnswerPiece, AnswerStream};
 use crate::core::error::ApiError;
 use crate::core::generate::{Finish, Generation};
 use crate::core::stream::Encoder;
-use crate::core::tools::{AnswerPiece, AnswerStream};
 use crate::http::sse::Frame;
 
 #[derive(Debug, Clone, Copy, PartialEq)]

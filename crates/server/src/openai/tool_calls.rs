@@ -9,11 +9,12 @@
 
 use serde_json::{json, Value};
 
+use crate::core::answer::{AnswerPiece, AnswerStream};
 use crate::core::error::ApiError;
 use crate::core::ids::random_id;
 use crate::core::reasoning::Thinking;
 use crate::core::tool_syntax::ToolFormat;
-use crate::core::tools::{AnswerPiece, AnswerStream, Parallel, Tool, ToolCall, ToolChoice, Tools};
+use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
 /// `tools`, `tool_choice` and `parallel_tool_calls` (false unless sent, as in

@@ -10,8 +10,9 @@
 use ferrox_engine::synthetic::SyntheticSpec;
 use ferrox_engine::template::{BuiltinFormat, ChatMessage, ChatTemplate, ChatToolCall};
 use ferrox_sched::SchedulerConfig;
+use ferrox_server::core::conversation::prepare;
 use ferrox_server::core::tool_syntax::ToolFormat;
-use ferrox_server::core::tools::{prepare, Parallel, Tool, ToolChoice, Tools};
+use ferrox_server::core::tools::{Parallel, Tool, ToolChoice, Tools};
 use ferrox_server::ServerConfig;
 use serde_json::{json, Value};
 
