@@ -1,9 +1,12 @@
 //! The engine: everything needed to turn token ids into logits and logits into tokens.
 //!
 //! - [`config`]: a model's hyper-parameters, read from GGUF metadata.
-//! - [`tokenizer`]: SentencePiece and byte-level BPE, matching llama.cpp token for token.
+//! - [`tokenizer`]: SentencePiece, byte-level BPE and WordPiece, matching llama.cpp token for
+//!   token.
 //! - [`kv`]: the paged KV cache (storage only; the scheduler owns block tables).
-//! - [`model`]: weights and the one batched forward pass, `forward_multi_seq`.
+//! - [`model`]: weights and the one batched forward pass, `forward_multi_seq` (a decoder's;
+//!   an encoder's — BERT — is its own module, bidirectional and prefill-only).
+//! - [`cache`]: where the default model lives on disk, for the CLI, the server and tests.
 //! - [`sampler`]: seeded samplers (argmax at temperature 0, top-k/top-p/min-p, penalties).
 //! - [`synthetic`]: small random-weight GGUF models of every architecture, for tests.
 //! - [`template`]: chat templates (GGUF Jinja via MiniJinja, or the architecture's own format).

@@ -4,7 +4,7 @@
 //! Flags follow llama-server where they mean the same thing (`-m`, `--host`, `--port`, `-t`,
 //! `-c`, `-np`/`--parallel`, `-a`/`--alias`); each also reads a `FERROX_*` environment
 //! variable, and the scheduler's knobs use the same `FERROX_CB_*` names as
-//! `SchedulerConfig::from_env`. This file only turns flags into the two config structs
+//! `SchedulerConfig::from_lookup` reads. This file only turns flags into the two config structs
 //! (`ServerConfig`, `SchedulerConfig`); everything else is `ferrox_server`.
 //!
 //! Start-up order: bind the socket first (so `/health` answers 503 while loading and a

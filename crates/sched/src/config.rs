@@ -1,9 +1,11 @@
 //! The scheduler's knobs: one plain struct, built by the caller.
 //!
 //! Tests build [`SchedulerConfig`] directly: parallel tests race on the process environment,
-//! so nothing in this crate reads it except [`SchedulerConfig::from_env`], which the binary
-//! calls once at start-up (and which is itself a thin wrapper over
-//! [`SchedulerConfig::from_lookup`], tested with a map instead of the environment).
+//! so nothing in this crate reads it but [`SchedulerConfig::from_env`] (for tools that want
+//! the `FERROX_CB_*` variables alone), a thin wrapper over [`SchedulerConfig::from_lookup`],
+//! which is tested with a map instead of the environment. `ferrox serve` reads its flags
+//! (each with its `FERROX_CB_*` variable, through clap) and parses the two switches with
+//! `from_lookup`, so every spelling is read by one parser.
 
 use std::num::ParseIntError;
 

@@ -23,7 +23,7 @@ pub struct ServerConfig {
     /// generation that never emits an end-of-turn token (2048 unless the client asks for
     /// more).
     pub default_max_tokens: usize,
-    /// Caps of the Responses API's store (`openai/store.rs`): most responses kept, and most
+    /// Caps of the Responses API's store (`openai/responses/store.rs`): most responses kept, and most
     /// bytes; past either, the least recently used are evicted.
     pub responses_max_entries: usize,
     pub responses_max_bytes: usize,
@@ -57,7 +57,7 @@ pub struct ServerConfig {
     pub reasoning: bool,
 }
 
-/// The Responses API store's default caps (`openai/store.rs`): 1,024 responses, 64 MiB.
+/// The Responses API store's default caps (`openai/responses/store.rs`): 1,024 responses, 64 MiB.
 pub const DEFAULT_RESPONSES_MAX_ENTRIES: usize = 1024;
 pub const DEFAULT_RESPONSES_MAX_BYTES: usize = 64 << 20;
 

@@ -57,7 +57,7 @@ pub fn app(state: AppState) -> Router {
         guard(metrics)
     };
     // The Responses API's stored responses: the OpenAI adapter's own, outliving any model.
-    let responses = Arc::new(openai::store::ResponseStore::new(
+    let responses = Arc::new(openai::responses::store::ResponseStore::new(
         state.config.responses_max_entries,
         state.config.responses_max_bytes,
     ));

@@ -3,20 +3,23 @@
 //! encodes what comes out, collected ([`Generation::collect`]) or streamed
 //! (`core/stream.rs`).
 //!
-//! The path, in order:
-//! 1. the model named must be the one served (404 otherwise);
+//! The path, in order (the model the request named is already resolved and pinned: the
+//! registry did it, `models::Pinned`, with its 404 for an unknown name):
+//! 1. an encoder-only model is refused (it embeds, it cannot generate);
 //! 2. a constraint (`options.grammar`, or the call grammar of `options.tools` in the
 //!    model's tool format) is compiled, failing closed (a 400 naming the parameter) before
 //!    anything is queued;
 //! 3. the prompt becomes token ids — a chat prepared for the model's tool format
-//!    (`core/tools.rs`) and rendered through the model's template, tokenized with
+//!    (`core/conversation.rs`) and rendered through the model's template, tokenized with
 //!    special tokens parsed and BOS as the model's metadata says (never twice, even when the
 //!    template writes BOS itself); raw text tokenized the same way; token ids taken as given
 //!    (llama.cpp's mixed prompts: each text piece tokenized without BOS, ids as given). Rendering and tokenizing run on the blocking pool: a long prompt
 //!    costs milliseconds of CPU, which must not stall the async runtime;
 //! 4. one [`GenerationRequest`] per choice (`n`), each with its own seed (`seed + i`, or a
-//!    random one), submitted to the scheduler; a refusal of any choice drops those already
-//!    submitted, which cancels them;
+//!    random one), the choices of one request in one group (they share at most half the
+//!    batch), submitted to the scheduler; a refusal of any choice drops those already
+//!    submitted, which cancels them, and names the output limit as the client's protocol
+//!    does;
 //! 5. the choices' event streams are merged, and the latency metrics are observed as events
 //!    pass through, so every protocol feeds them the same way.
 //!

@@ -8,8 +8,9 @@
 //! promise. A home-made JSON state machine would need the same years of edge cases; outlines'
 //! precompiled FSMs blow up on large schemas; XGrammar has no Rust crate.
 //!
-//! The tokenizer side: [`Grammars`] builds llguidance's token trie once per model, lazily (the
-//! first constrained request pays ~0.1–0.5 s for a 262k vocabulary): every token's exact bytes,
+//! The tokenizer side: [`Grammars`] builds llguidance's token trie once per model — on a
+//! background thread as soon as the model loads ([`Grammars::warm`]), or by the first
+//! constrained request if that comes sooner (~1.2 s for a 262k vocabulary): every token's exact bytes,
 //! control tokens marked special (prefixed with 0xFF) so that no grammar text can ever match
 //! them, and the model's EOS as the grammar's end. A compiled grammar is a `Matcher`; each
 //! row deep-clones it, so the `n` choices of a request each parse their own output.

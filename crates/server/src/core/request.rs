@@ -38,7 +38,8 @@ pub enum PromptPiece {
 /// What a request asks of a generation, besides the prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationOptions {
-    /// The model the client named, if any; checked against the served one.
+    /// The model the client named, if any (the registry has resolved it already,
+    /// `models::Pinned`; adapters echo it).
     pub model: Option<String>,
     /// `None`: the server's default, capped by the context left after the prompt (or the
     /// whole context left, with `fill_context`).

@@ -4,7 +4,7 @@
 //! - the server's own [`Metrics`]: requests by route and status (counted by the
 //!   [`track_requests`] middleware, which sees every response, errors and panics included),
 //!   prompt and generated tokens of finished generations, and three latency histograms
-//!   observed by the one generation path (`generate.rs`), so both protocols feed them;
+//!   observed by the one generation path (`generate.rs`), so every protocol feeds them;
 //! - each loaded model's `SchedulerStatus` snapshot: queue depth, running and prefilling
 //!   sequences, KV blocks, refusals by type, finished requests by reason — one series per
 //!   model, labelled `model` (`model_name` on the vLLM-named ones).

@@ -14,8 +14,6 @@ pub mod completions;
 pub mod embeddings;
 pub mod parse;
 pub mod responses;
-mod responses_stream;
-pub mod store;
 pub mod tool_calls;
 
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! (`stream_options` without `stream`, `top_logprobs` without `logprobs`). What is checked
 //! later, by the one owner of each rule: sampling ranges (`SamplingParams::validate`, through
 //! the scheduler's refusal), the context and KV ceilings (the scheduler's `Limits`), the
-//! model name (the served model) and token ids (the vocabulary).
+//! model name (the registry, `models::Pinned`) and token ids (the vocabulary).
 
 use ferrox_engine::sampler::SamplingParams;
 use ferrox_engine::template::{ChatMessage, ChatToolCall};

@@ -14,7 +14,7 @@
 use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Value};
 
-use super::responses::{text_part_json, Draft};
+use super::draft::{text_part_json, Draft};
 use crate::core::answer::{AnswerPiece, AnswerStream};
 use crate::core::error::ApiError;
 use crate::core::generate::{Finish, Generation};
