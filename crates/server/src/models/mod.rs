@@ -1,6 +1,6 @@
-//! Many models in one server: the [`Registry`] of every model by id, the [`Pinned`]
-//! extractor that hands a request the model it names, and the routes that list, load and
-//! unload models (`routes.rs`).
+//! Many models in one server: the [`Registry`] of every model by id (its residency policy a
+//! pure table, `table.rs`), the [`Pinned`] extractor that hands a request the model it
+//! names, and the routes that list, load and unload models (`routes.rs`).
 //!
 //! Why a request is pinned: it takes the model's `Arc<ServedModel>` once, from parse to last
 //! token, so a hot swap (a new file loaded under an id that is serving) switches only new
@@ -29,6 +29,7 @@ pub mod keep_alive;
 mod pinned;
 pub mod registry;
 pub mod routes;
+mod table;
 
 pub use keep_alive::KeepAlive;
 pub use pinned::Pinned;

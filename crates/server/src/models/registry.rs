@@ -19,6 +19,7 @@ use ferrox_sched::{Limits, SchedulerConfig};
 use tokio::sync::watch;
 
 use super::keep_alive::KeepAlive;
+use super::table::{self, Entry, Table};
 use crate::config::ServerConfig;
 use crate::core::error::ApiError;
 use crate::core::served::ServedModel;
@@ -66,7 +67,7 @@ const ROOM_POLL: Duration = Duration::from_millis(50);
 pub const ROOM_WAIT: Duration = Duration::from_secs(300);
 
 /// A load's outcome, as its waiters receive it.
-type LoadResult = Result<Arc<ServedModel>, ApiError>;
+type LoadResult = table::LoadResult<ServedModel>;
 
 /// A model's state in a listing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,144 +119,9 @@ pub enum Unload {
     NotLoaded,
 }
 
-struct Entry {
-    id: String,
-    /// The file a load reads; `None` for a model handed over already loaded (tests), which
-    /// is never unloaded since it could not come back.
-    path: Option<PathBuf>,
-    serving: Option<Arc<ServedModel>>,
-    /// Set while a load runs; every request for an unloaded model waits on this one.
-    loading: Option<watch::Receiver<Option<LoadResult>>>,
-    failed: Option<String>,
-    /// The registry's clock at the last request: the least recent idle model goes first.
-    used: u64,
-    keep_alive: KeepAlive,
-    /// When the sweep first saw the serving version idle.
-    idle_since: Option<Instant>,
-    bytes: u64,
-    /// Bytes a running load has reserved.
-    reserved: u64,
-    /// Loads started (a listing shows it: coalesced requests start one).
-    loads: u64,
-}
-
-impl Entry {
-    fn new(id: &str, path: Option<PathBuf>, keep_alive: KeepAlive) -> Entry {
-        Entry {
-            id: id.to_string(),
-            path,
-            serving: None,
-            loading: None,
-            failed: None,
-            used: 0,
-            keep_alive,
-            idle_since: None,
-            bytes: 0,
-            reserved: 0,
-            loads: 0,
-        }
-    }
-
-    fn busy(&self) -> bool {
-        self.serving
-            .as_ref()
-            .is_some_and(|g| Arc::strong_count(g) > 1)
-    }
-
-    /// Loaded, idle, not being replaced, and able to come back: may be unloaded.
-    fn evictable(&self) -> bool {
-        self.serving.is_some() && !self.busy() && self.loading.is_none() && self.path.is_some()
-    }
-
-    fn unload(&mut self, why: &str) {
-        tracing::info!(model = %self.id, "unloading the model ({why})");
-        self.serving = None;
-        self.bytes = 0;
-        self.idle_since = None;
-    }
-}
-
-struct Table {
-    entries: Vec<Entry>,
-    clock: u64,
-}
-
-impl Table {
-    fn ids(&self) -> Vec<String> {
-        self.entries.iter().map(|e| e.id.clone()).collect()
-    }
-
-    fn position(&self, id: &str) -> Option<usize> {
-        self.entries.iter().position(|e| e.id == id)
-    }
-
-    /// The entry `name` names; no name is the first (the default model). With no model at
-    /// all the server is still starting: 503.
-    fn find(&self, name: Option<&str>) -> Result<usize, ApiError> {
-        match name {
-            _ if self.entries.is_empty() => Err(ApiError::Loading),
-            None => Ok(0),
-            _ => {
-                let name = name.unwrap_or("");
-                self.position(name).ok_or_else(|| ApiError::ModelNotFound {
-                    model: name.to_string(),
-                    available: self.ids(),
-                })
-            }
-        }
-    }
-
-    /// Makes room for `needed` more bytes and one more resident model beside entry `at`
-    /// (unloading the least recently used idle others), and reserves it. `Ok(false)`: only
-    /// busy models stand in the way, so the caller waits and asks again; then nothing was
-    /// unloaded. Resident means serving or holding a reservation: a load that has not
-    /// reserved yet does not count, so the first load to reserve wins and two loads never
-    /// wait on each other. A hot swap's bytes are counted for the new version only: both are
-    /// resident only until the old one's last request ends.
-    fn reserve(&mut self, at: usize, needed: u64, config: &ModelsConfig) -> Result<bool, ()> {
-        if config.memory_budget.is_some_and(|b| needed > b) {
-            return Err(());
-        }
-        let others: Vec<usize> = (0..self.entries.len()).filter(|&i| i != at).collect();
-        let resident = |e: &Entry| e.serving.is_some() || e.reserved > 0;
-        let mut count = 1 + others
-            .iter()
-            .filter(|&&i| resident(&self.entries[i]))
-            .count();
-        let mut bytes = needed
-            + others
-                .iter()
-                .map(|&i| self.entries[i].bytes + self.entries[i].reserved)
-                .sum::<u64>();
-        let over = |count: usize, bytes: u64| {
-            config.max_loaded.is_some_and(|m| count > m)
-                || config.memory_budget.is_some_and(|b| bytes > b)
-        };
-        let mut victims: Vec<usize> = others
-            .into_iter()
-            .filter(|&i| self.entries[i].evictable())
-            .collect();
-        victims.sort_by_key(|&i| self.entries[i].used);
-        let mut take = 0;
-        while over(count, bytes) {
-            let Some(&v) = victims.get(take) else {
-                return Ok(false);
-            };
-            count -= 1;
-            bytes -= self.entries[v].bytes;
-            take += 1;
-        }
-        for &v in &victims[..take] {
-            self.entries[v].unload("to make room for another model");
-        }
-        self.entries[at].reserved = needed;
-        Ok(true)
-    }
-}
-
 /// Every model the server serves; see the module docs.
 pub struct Registry {
-    table: Mutex<Table>,
+    table: Mutex<Table<ServedModel>>,
     config: ModelsConfig,
     server: Arc<ServerConfig>,
     metrics: Arc<Metrics>,
@@ -296,7 +162,7 @@ impl Registry {
         registry
     }
 
-    fn table(&self) -> MutexGuard<'_, Table> {
+    fn table(&self) -> MutexGuard<'_, Table<ServedModel>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -463,7 +329,7 @@ impl Registry {
     /// Starts loading entry `e` on the blocking pool; its waiters watch the receiver.
     fn start_load(
         self: &Arc<Self>,
-        e: &mut Entry,
+        e: &mut Entry<ServedModel>,
         path: Option<PathBuf>,
     ) -> Result<watch::Receiver<Option<LoadResult>>, ApiError> {
         let Some(path) = path.or_else(|| e.path.clone()) else {
