@@ -68,3 +68,13 @@ pub(crate) fn has_vnni() -> bool {
     }
     v == 2
 }
+
+/// Activation bytes `4k..4k+4` of a block, in every 32-bit lane (the lane-major kernels'
+/// activation operand; also the repacked head's). A function with the kernels' target
+/// features rather than a closure, which would not inherit them and would not be inlined.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn broadcast4(q: &[i8; 32], k: usize) -> __m256i {
+    let b: &[i8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
+    _mm256_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
+}

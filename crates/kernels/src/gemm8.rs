@@ -20,11 +20,11 @@
 use std::cell::RefCell;
 
 use crate::block::prefetch_ahead;
-use crate::dot4::{has_vnni, Dot4, Pairs, Vnni};
+use crate::dot4::{broadcast4, has_vnni, Dot4, Pairs, Vnni};
 use crate::legacy::{BlockQ8x4, MTerm};
 use crate::legacy_avx2::LegacyAvx2;
-use crate::matmul::{Job, RowKernel};
 use crate::rows8::{Chunks, GROUP};
+use crate::tiling::{Job, RowKernel};
 use std::arch::x86_64::*;
 
 /// Activation rows from which the lane-major path beats the row-major kernel: one thread,
@@ -281,14 +281,4 @@ unsafe fn dot8_with<B: LegacyAvx2, D: Dot4>(
     // SAFETY: 8 writable floats.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), r) };
     out
-}
-
-/// Activation bytes `4k..4k+4` of a block, in every 32-bit lane (the lane-major kernels'
-/// activation operand; also the repacked head's). A function with the kernels' target
-/// features rather than a closure, which would not inherit them and would not be inlined.
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(crate) fn broadcast4(q: &[i8; 32], k: usize) -> __m256i {
-    let b: &[i8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
-    _mm256_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
 }

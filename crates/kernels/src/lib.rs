@@ -79,6 +79,7 @@
 //! n = 1, the row loop inside the `target_feature` function, table-driven K-quant scales, and
 //! AVX2 activation quantization. `ThreadPool::for_each` of tiny tasks: ~0.05 µs per call.
 
+mod acts;
 mod attn;
 mod block;
 #[cfg(target_arch = "x86_64")]
@@ -97,7 +98,9 @@ mod pool;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx2;
 mod rows8;
+mod tiling;
 
+pub use acts::{ActKind, ActStorage, Activations};
 pub use attn::{
     attn_accumulate_f16, attn_accumulate_f16_isa, attn_scores_f16, attn_scores_f16_isa, exp_f32,
     exp_shift_sum, exp_shift_sum_isa, gelu_tanh_mul, gelu_tanh_mul_isa, silu_mul, silu_mul_isa,
@@ -113,9 +116,7 @@ pub use float::{
 };
 pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, QK};
-pub use matmul::{
-    matmul, matmul_acts, matmul_acts_isa, matmul_isa, ActKind, ActStorage, Activations, QMatrix,
-};
+pub use matmul::{matmul, matmul_acts, matmul_acts_isa, matmul_isa, QMatrix};
 pub use pool::ThreadPool;
 pub use rows8::Q8Rows8;
 

@@ -33,11 +33,12 @@
 //! instruction set runs this same order, so batch invariance holds; the AVX2 kernel is
 //! bit-identical to the scalar reference.
 
+use crate::acts::with_quantized;
 use crate::block::f16_to_f32;
 use crate::block::Isa;
 use crate::legacy::{BlockQ8_0, BlockQ8x4, QK};
-use crate::matmul::{run_kernel, with_quantized, Job, RowKernel};
 use crate::pool::ThreadPool;
+use crate::tiling::{run_kernel, Job, RowKernel};
 use crate::GgmlType;
 
 /// Weight rows per group.
@@ -269,10 +270,9 @@ impl RowKernel for Kernel<'_> {
 mod avx2 {
     use super::{Chunks, GROUP};
     use crate::block::prefetch_ahead;
-    use crate::dot4::{Dot4, Pairs, Vnni};
-    use crate::gemm8::broadcast4;
+    use crate::dot4::{broadcast4, Dot4, Pairs, Vnni};
     use crate::legacy::BlockQ8x4;
-    use crate::matmul::Job;
+    use crate::tiling::Job;
     use std::arch::x86_64::*;
 
     /// [`dot_group`] over every activation row of `job`: four rows per pass, then two, then

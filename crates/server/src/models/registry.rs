@@ -19,7 +19,7 @@ use ferrox_sched::{Limits, SchedulerConfig};
 use tokio::sync::watch;
 
 use super::keep_alive::KeepAlive;
-use super::table::{self, Entry, Table};
+use super::table::{self, Bounds, Entry, Table};
 use crate::config::ServerConfig;
 use crate::core::error::ApiError;
 use crate::core::served::ServedModel;
@@ -41,6 +41,16 @@ pub struct ModelsConfig {
     /// How long a load waits for busy models to make room before its requests get a 503
     /// `models_busy` (300 s: a long generation on the busy model should finish first).
     pub room_wait: Duration,
+}
+
+impl ModelsConfig {
+    /// What bounds residency, for the table's policy.
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            max_loaded: self.max_loaded,
+            memory_budget: self.memory_budget,
+        }
+    }
 }
 
 impl Default for ModelsConfig {
@@ -402,7 +412,7 @@ impl Registry {
             let Some(at) = t.position(id) else {
                 return Err(load_failed(id, path, "the model was removed".into()));
             };
-            match t.reserve(at, needed, &self.config) {
+            match t.reserve(at, needed, self.config.bounds()) {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(()) => {

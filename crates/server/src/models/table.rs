@@ -13,8 +13,14 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::keep_alive::KeepAlive;
-use super::registry::ModelsConfig;
 use crate::core::error::ApiError;
+
+/// What bounds residency (`ModelsConfig`'s `--max-loaded-models` and `--memory-budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Bounds {
+    pub(super) max_loaded: Option<usize>,
+    pub(super) memory_budget: Option<u64>,
+}
 
 /// A load's outcome, as its waiters receive it.
 pub(super) type LoadResult<S> = Result<Arc<S>, ApiError>;
@@ -113,12 +119,7 @@ impl<S> Table<S> {
     /// reserved yet does not count, so the first load to reserve wins and two loads never
     /// wait on each other. A hot swap's bytes are counted for the new version only: both are
     /// resident only until the old one's last request ends.
-    pub(super) fn reserve(
-        &mut self,
-        at: usize,
-        needed: u64,
-        config: &ModelsConfig,
-    ) -> Result<bool, ()> {
+    pub(super) fn reserve(&mut self, at: usize, needed: u64, config: Bounds) -> Result<bool, ()> {
         if config.memory_budget.is_some_and(|b| needed > b) {
             return Err(());
         }
@@ -182,10 +183,9 @@ mod tests {
         for seed in 0..300 {
             let mut rng = StdRng::seed_from_u64(seed);
             let n = rng.gen_range(2..7);
-            let mut config = ModelsConfig {
+            let mut config = Bounds {
                 max_loaded: rng.gen_bool(0.6).then(|| rng.gen_range(1..n)),
                 memory_budget: rng.gen_bool(0.6).then(|| rng.gen_range(100..400u64)),
-                ..ModelsConfig::default()
             };
             if config.max_loaded.is_none() && config.memory_budget.is_none() {
                 config.max_loaded = Some(1);
@@ -211,7 +211,7 @@ mod tests {
                 } else {
                     let needed = rng.gen_range(10..150u64);
                     let before = snapshot(&t);
-                    match t.reserve(at, needed, &config) {
+                    match t.reserve(at, needed, config) {
                         Err(()) => {
                             assert!(config.memory_budget.is_some_and(|b| needed > b));
                             assert_eq!(
