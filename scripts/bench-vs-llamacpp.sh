@@ -7,6 +7,7 @@
 # ratios. The machines are noisy: quote the medians, never a single run.
 #
 #   scripts/bench-vs-llamacpp.sh            # ROUNDS=5 THREADS=2 BATCH=1,2,4,8,16
+#   SHAPE=gemma3-4b ROUNDS=3 BATCH=16 scripts/bench-vs-llamacpp.sh   # a real-shape model (llamacpp.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_grammar;
+mod bench_model;
 mod bench_reuse;
 mod bench_route;
 mod bench_serve;
@@ -60,6 +61,9 @@ enum BenchSub {
     Serve(bench_serve::BenchServeArgs),
     /// Time constrained decoding alone: a schema's compile time and the per-token mask time.
     Grammar(bench_grammar::BenchGrammarArgs),
+    /// Write a random-weight model of a real shape (Gemma 3 4B, Llama 3 8B) in llama.cpp's
+    /// Q4_K_M or Q8_0 mix, cached; prints its path.
+    Model(bench_model::BenchModelArgs),
 }
 
 fn main() {
@@ -83,6 +87,10 @@ fn main() {
             sub: Some(BenchSub::Grammar(args)),
             ..
         }) => bench_grammar::bench_grammar(args),
+        Cmd::Bench(BenchCmd {
+            sub: Some(BenchSub::Model(args)),
+            ..
+        }) => bench_model::bench_model(args),
         Cmd::Bench(BenchCmd { sub: None, args }) => bench::bench(args),
         Cmd::Serve(args) => serve::serve(*args),
         Cmd::Run(args) => run::run(args),

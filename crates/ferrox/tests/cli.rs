@@ -230,3 +230,70 @@ fn serve_refuses_half_a_tls_pair_and_warns_about_an_open_bind_without_a_key() {
     ]);
     assert!(err.contains("--cors-origins"), "{err}");
 }
+
+/// `ferrox bench model` writes a real shape (here Gemma 3 4B's, cut to two layers) in
+/// llama.cpp's Q4_K_M mix with the default model's tokenizer, and the engine runs it.
+#[test]
+fn bench_model_writes_a_real_shape_in_llama_cpps_mix() {
+    if model().is_none() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("ferrox-bench-model-{}.gguf", std::process::id()));
+    let p = path.to_str().unwrap();
+    let out = ferrox(&[
+        "bench",
+        "model",
+        "--shape",
+        "gemma3-4b",
+        "--layers",
+        "2",
+        "-o",
+        p,
+    ]);
+    assert_eq!(out.trim(), p, "prints the path");
+    let info = ferrox(&["inspect", p]);
+    assert!(
+        info.contains("layers 2 | embd 2560 | heads 8 (kv 4) x 256 | ffn 10240 | vocab 262144"),
+        "{info}"
+    );
+    // Q6_K: the tied head, and attn_v / ffn_down of layer 1 (use_more_bits of 2 layers);
+    // Q4_K the other twelve matrices; norms f32, all ones.
+    let count = |ty: &str| {
+        info.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{ty}:")))
+            .and_then(|l| {
+                l.split(':')
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        (count("q4_K"), count("q6_K"), count("f32")),
+        (12, 3, 13),
+        "{info}"
+    );
+    let file = ferrox_gguf::GgufFile::open(&path).unwrap();
+    let norm = file
+        .tensors()
+        .iter()
+        .find(|t| t.name == "blk.0.attn_norm.weight")
+        .unwrap();
+    let ones: Vec<f32> = file
+        .tensor_data(norm)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert!(ones.len() == 2560 && ones.iter().all(|&v| v == 1.0));
+    // The default model's tokenizer: the same ids for the same text.
+    let default = model().unwrap();
+    let ids = |m: &str| ferrox(&["tokenize", "-m", m, "--text", "Hello, world"]);
+    assert_eq!(ids(p), ids(&default));
+    // And the engine runs it.
+    let text = ferrox(&["run", "-m", p, "-p", "Hello", "-n", "3", "--temp", "0"]);
+    assert!(text.starts_with("Hello"), "{text:?}");
+    let _ = std::fs::remove_file(&path);
+}
