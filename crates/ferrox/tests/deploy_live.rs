@@ -151,13 +151,15 @@ impl Netns {
     fn create(n: u32) -> Result<Netns, String> {
         let ip = ip_command().ok_or("no `ip` command")?;
         let pid = std::process::id();
-        let subnet = format!("10.{}.{}", 240 + n % 10, pid % 250);
+        // 198.18.0.0/15 is set aside for benchmarking (RFC 2544), so no real network of the
+        // host is shadowed; a /30 per pod, distinct per process and per pod.
+        let subnet = (pid % 256, 4 * (n % 64));
         let ns = Netns {
             name: format!("ferrox-pod-{pid}-{n}"),
             host_link: format!("fxh{}{n}", pid % 1_000_000),
-            pod_ip: format!("{subnet}.2"),
+            pod_ip: format!("198.18.{}.{}", subnet.0, subnet.1 + 2),
         };
-        let host_ip = format!("{subnet}.1");
+        let host_ip = format!("198.18.{}.{}", subnet.0, subnet.1 + 1);
         let pod_link = ns.host_link.replacen("fxh", "fxp", 1);
         let steps: [&[&str]; 8] = [
             &["netns", "add", &ns.name],
@@ -175,7 +177,7 @@ impl Netns {
             &[
                 "addr",
                 "add",
-                &format!("{host_ip}/24"),
+                &format!("{host_ip}/30"),
                 "dev",
                 &ns.host_link,
             ],
@@ -185,7 +187,7 @@ impl Netns {
                 &ns.name,
                 "addr",
                 "add",
-                &format!("{}/24", ns.pod_ip),
+                &format!("{}/30", ns.pod_ip),
                 "dev",
                 &pod_link,
             ],
@@ -256,8 +258,9 @@ impl Pod {
         )
         .unwrap();
         let mut env: Vec<(String, String)> = env.to_vec();
+        // The last setting of a variable is the one the process sees.
         let place = |env: &mut Vec<(String, String)>, key: &str, value: String| {
-            let slot = env.iter_mut().find(|(k, _)| k == key);
+            let slot = env.iter_mut().rev().find(|(k, _)| k == key);
             slot.unwrap_or_else(|| panic!("the image sets no {key}")).1 = value;
         };
         place(&mut env, "FERROX_CACHE_DIR", cache.0.display().to_string());

@@ -132,6 +132,8 @@ fn the_choices_of_one_request_hold_half_the_rows_and_the_rest_is_served() {
     for c in choices {
         assert_eq!(c.collect_blocking().completion.usage.completion_tokens, 40);
     }
+    // The status is published after the tick that sent the last Done.
+    common::wait_settled(&handle, 9);
     let st = handle.status();
     assert_eq!(
         (st.running, st.queued, st.blocks_free),

@@ -136,15 +136,17 @@ impl HostPolicy {
             return HostPolicy::Any;
         }
         if listed.is_empty() {
-            return if bound.is_loopback() {
+            // `::ffff:127.0.0.1` is loopback too.
+            return if bound.to_canonical().is_loopback() {
                 HostPolicy::loopback()
             } else {
                 HostPolicy::Any
             };
         }
-        let mut names = listed.to_vec();
+        // Names as `allows` compares them: no port, no brackets, lower case.
+        let mut names: Vec<String> = listed.iter().map(|h| host_name(h)).collect();
         if !bound.is_unspecified() {
-            names.push(host.trim_matches(|c| c == '[' || c == ']').to_string());
+            names.push(host_name(host));
             names.push(bound.to_string());
         }
         HostPolicy::Only(names)
@@ -156,18 +158,7 @@ impl HostPolicy {
             HostPolicy::Any => return true,
             HostPolicy::Only(names) => names,
         };
-        let name = match host.strip_prefix('[') {
-            // An IPv6 literal: `[::1]:8080`.
-            Some(rest) => rest.split(']').next().unwrap_or(""),
-            None => host.rsplit_once(':').map_or(host, |(name, port)| {
-                if port.chars().all(|c| c.is_ascii_digit()) {
-                    name
-                } else {
-                    host
-                }
-            }),
-        };
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let name = host_name(host);
         matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
             || names.iter().any(|a| a.eq_ignore_ascii_case(&name))
     }
@@ -187,6 +178,24 @@ impl HostPolicy {
             ),
         }
     }
+}
+
+/// The name in a `Host` value (or an `--allowed-hosts` entry): without its port, an IPv6
+/// literal without brackets, a trailing dot dropped, lower case.
+fn host_name(host: &str) -> String {
+    let name = match host.strip_prefix('[') {
+        // An IPv6 literal: `[::1]:8080`.
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            // `a:b:c` (a bare IPv6 literal) has no port.
+            if !name.contains(':') && port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -236,6 +245,13 @@ mod tests {
         assert!(one.allows("10.0.0.5:8080") && !one.allows("10.0.0.6:8080"));
         let v6 = HostPolicy::for_listener(ip("fd00::1"), "[fd00::1]", &listed);
         assert!(v6.allows("[fd00::1]:8080"));
+        // Entries are names: a port or brackets in one are dropped, case ignored.
+        let odd = ["Ferrox.LAN:8080".to_string(), "[fd00::2]".to_string()];
+        let odd = HostPolicy::for_listener(ip("0.0.0.0"), "0.0.0.0", &odd);
+        assert!(odd.allows("ferrox.lan") && odd.allows("[fd00::2]:9") && !odd.allows("x"));
+        // An IPv4-mapped loopback listener is a loopback one.
+        let mapped = HostPolicy::for_listener(ip("::ffff:127.0.0.1"), "::ffff:127.0.0.1", &[]);
+        assert_eq!(mapped, HostPolicy::loopback());
         // `*` among them is any.
         let star = ["ferrox.lan".to_string(), "*".to_string()];
         assert_eq!(

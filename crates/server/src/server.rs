@@ -44,6 +44,11 @@ use crate::tls::TlsConfig;
 /// How long streams cut at the end of the grace get to send their last event.
 const STREAM_FLUSH: Duration = Duration::from_millis(200);
 
+/// How long the last responses get to leave once no request is in flight: hyper lets go of a
+/// response body when its last bytes are in the connection's write buffer, before they are
+/// flushed, so they get this long to reach the client (a buffer's worth, a few hundred KB).
+const RESPONSE_FLUSH: Duration = Duration::from_secs(1);
+
 /// How long in-flight requests may run on after the shutdown signal, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -112,8 +117,15 @@ pub async fn run(
         // client mid-headers or mid-body); once every whole request is answered, the last
         // responses get a moment to leave and the rest is dropped (`http/in_flight.rs`).
         () = async {
-            state.in_flight.idle().await;
-            tokio::time::sleep(STREAM_FLUSH).await;
+            // Quiet for a whole flush window: a request that became whole meanwhile (its
+            // body arrived during the grace) is waited for too.
+            loop {
+                state.in_flight.idle().await;
+                tokio::time::sleep(RESPONSE_FLUSH).await;
+                if state.in_flight.count() == 0 {
+                    break;
+                }
+            }
         } => {}
         () = tokio::time::sleep(grace) => {
             tracing::warn!("grace period of {grace:?} over: cancelling the requests still running");
