@@ -147,9 +147,10 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
         println!("{}", serde_json::Value::Object(obj));
     } else {
         println!(
-            "model: {} | threads: {} | reps: {reps}",
+            "model: {} | threads: {} | reps: {reps} | isa: {}",
             path.display(),
-            m.n_threads()
+            m.n_threads(),
+            ferrox_kernels::Isa::best().name()
         );
         println!(
             "{:>10} {:>10} {:>10} {:>10}",

@@ -75,6 +75,11 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse_from(serve::llama_style_args(std::env::args_os()));
+    // A `FERROX_ISA` this CPU or build cannot honour stops every command, never ignored.
+    if let Err(e) = ferrox_kernels::Isa::configured() {
+        eprintln!("ferrox: error: {e}");
+        std::process::exit(1);
+    }
     let result = match cli.cmd {
         Cmd::Pull => pull::ensure_default_model().map(|path| println!("{}", path.display())),
         Cmd::Inspect { model } => resolve_model(model).and_then(|m| inspect::inspect(&m)),

@@ -388,6 +388,10 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
         )
     };
     tracing::info!("serving {clients}, {}; {keys}", config.hosts.describe());
+    tracing::info!(
+        "kernels: {} (FERROX_ISA=scalar|avx2 forces one)",
+        ferrox_kernels::Isa::best().name()
+    );
     if !local.ip().is_loopback() && config.api_keys.is_empty() {
         tracing::warn!(
             "listening on {local} without an API key: anyone who can reach it can use it \

@@ -297,3 +297,28 @@ fn bench_model_writes_a_real_shape_in_llama_cpps_mix() {
     assert!(text.starts_with("Hello"), "{text:?}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// `FERROX_ISA` forces the kernels' instruction set, and one that cannot be had is refused by
+/// name before anything runs.
+#[test]
+fn ferrox_isa_is_honoured_or_refused() {
+    let Some(m) = model() else { return };
+    let bench = |isa: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ferrox"))
+            .args(["bench", "-m", &m, "-p", "8", "-n", "2", "-r", "1"])
+            .env("FERROX_ISA", isa)
+            .output()
+            .expect("ferrox starts")
+    };
+    let out = bench("scalar");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| isa: scalar"));
+    let out = bench("avx512");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("FERROX_ISA=avx512"), "{err}");
+}

@@ -78,6 +78,9 @@ enum IsaKind {
 /// 0 = not probed yet, 1 = scalar only, 2 = AVX2+FMA+F16C.
 static DETECTED: AtomicU8 = AtomicU8::new(0);
 
+/// The process's choice ([`Isa::best`]): 0 = not decided yet, 1 = scalar, 2 = AVX2.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
 impl Isa {
     /// The portable reference kernels.
     pub const fn scalar() -> Isa {
@@ -94,9 +97,43 @@ impl Isa {
         (v == 2).then_some(Isa(IsaKind::Avx2))
     }
 
-    /// The fastest kernels this CPU runs (probed once, then cached).
+    /// The kernels this process runs: the fastest the CPU has, or the one `FERROX_ISA`
+    /// forces (decided once, then cached; an invalid `FERROX_ISA` falls back to the fastest
+    /// here, and [`Isa::configured`] is what refuses it, at start-up).
     pub fn best() -> Isa {
-        Isa::avx2().unwrap_or(Isa::scalar())
+        match CHOSEN.load(Ordering::Relaxed) {
+            1 => Isa::scalar(),
+            2 => Isa(IsaKind::Avx2),
+            _ => {
+                let isa =
+                    Isa::configured().unwrap_or_else(|_| Isa::avx2().unwrap_or(Isa::scalar()));
+                CHOSEN.store(if isa.is_avx2() { 2 } else { 1 }, Ordering::Relaxed);
+                isa
+            }
+        }
+    }
+
+    /// What `FERROX_ISA` asks for (`scalar`, `avx2`; unset or empty: the fastest this CPU
+    /// runs), or why it cannot be had: an instruction set this CPU lacks, or one this build
+    /// has no kernels for. Commands check it at start-up and refuse to run on an error.
+    pub fn configured() -> Result<Isa, String> {
+        match std::env::var("FERROX_ISA").ok().as_deref() {
+            None | Some("") => Ok(Isa::avx2().unwrap_or(Isa::scalar())),
+            Some("scalar") => Ok(Isa::scalar()),
+            Some("avx2") => Isa::avx2()
+                .ok_or_else(|| "FERROX_ISA=avx2: this CPU lacks AVX2, FMA or F16C".to_string()),
+            Some(other) => Err(format!(
+                "FERROX_ISA={other}: this build has kernels for `scalar` and `avx2` only"
+            )),
+        }
+    }
+
+    /// The instruction set's name, as `FERROX_ISA` spells it.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            IsaKind::Scalar => "scalar",
+            IsaKind::Avx2 => "avx2",
+        }
     }
 
     /// True for the AVX2 kernels.
