@@ -161,7 +161,7 @@ impl Netns {
         };
         let host_ip = format!("198.18.{}.{}", subnet.0, subnet.1 + 1);
         let pod_link = ns.host_link.replacen("fxh", "fxp", 1);
-        let steps: [&[&str]; 8] = [
+        let steps: [&[&str]; 9] = [
             &["netns", "add", &ns.name],
             &[
                 "link",
@@ -193,6 +193,8 @@ impl Netns {
             ],
             &["-n", &ns.name, "link", "set", &pod_link, "up"],
             &["-n", &ns.name, "link", "set", "lo", "up"],
+            // A sandbox may let the namespace be made but not entered: then no namespace.
+            &["netns", "exec", &ns.name, "true"],
         ];
         let mut failed = None;
         for step in steps {
@@ -313,7 +315,7 @@ impl Pod {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = command.spawn().expect("ferrox starts");
-        let pod = Pod {
+        let mut pod = Pod {
             child,
             connect,
             pod_host,
@@ -331,9 +333,15 @@ impl Pod {
 
     /// Waits for kubelet's readiness probe to pass. While the model loads `/health` is 503;
     /// any other answer (a 403 for the pod's own address) fails at once.
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "ferrox exited before it was ready ({status}):\n{}",
+                    self.log()
+                );
+            }
             if let Some((status, body)) = self.probe() {
                 match status {
                     200 => return,
