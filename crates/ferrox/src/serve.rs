@@ -369,7 +369,8 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
     );
     config.hosts = HostPolicy::for_listener(local.ip(), &args.host, &args.allowed_hosts);
     // Say exactly what this listener will answer, and to whom.
-    let clients = if local.ip().is_loopback() {
+    let loopback = local.ip().to_canonical().is_loopback();
+    let clients = if loopback {
         "clients on this machine"
     } else {
         "every client that can reach this address"
@@ -392,7 +393,7 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
         "kernels: {} (FERROX_ISA=scalar|avx2 forces one)",
         ferrox_kernels::Isa::best().name()
     );
-    if !local.ip().is_loopback() && config.api_keys.is_empty() {
+    if !loopback && config.api_keys.is_empty() {
         tracing::warn!(
             "listening on {local} without an API key: anyone who can reach it can use it \
              (set --api-key or FERROX_API_KEY)"
