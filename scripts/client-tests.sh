@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Python client tests: the official `openai` (chat, completions, responses) and `anthropic`
-# (messages) SDKs against a live `ferrox serve` with the default model. Builds the binary
-# (dev profile, which is optimized), installs `openai`, `anthropic` and `pytest` if missing, starts the server on a free loopback port, waits for /health, runs
-# tests/python, then stops the server with SIGTERM and checks that it exits 0 (graceful
-# shutdown). The exit status is the tests'.
+# Python client tests: the official `openai` (chat, completions, responses), `anthropic`
+# (messages) and `ollama` SDKs and LangChain's `ChatOllama` against a live `ferrox serve`
+# with the default model. Builds the binary (dev profile, which is optimized), installs the
+# client libraries and `pytest` if missing, starts the server on a free loopback port,
+# waits for /health, runs tests/python, then stops the server with SIGTERM and checks that
+# it exits 0 (graceful shutdown). The exit status is the tests'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,8 @@ pip_install() {
 python3 -c "import openai" 2>/dev/null || pip_install openai
 python3 -c "import anthropic" 2>/dev/null || pip_install anthropic
 python3 -c "import prometheus_client" 2>/dev/null || pip_install prometheus_client
+python3 -c "import ollama" 2>/dev/null || pip_install ollama
+python3 -c "import langchain_ollama" 2>/dev/null || pip_install langchain-ollama
 python3 -c "import pytest" 2>/dev/null || pip_install pytest || echo "pytest unavailable; running the tests as a plain script"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -53,11 +56,12 @@ PY
 
 export FERROX_URL="http://127.0.0.1:$port/v1"
 status=0
+results=$(mktemp)
 if python3 -c "import pytest" 2>/dev/null; then
-    python3 -m pytest -q tests/python || status=$?
+    python3 -m pytest -q -rfE tests/python 2>&1 | tee "$results" || status=$?
 else
     for t in tests/python/test_*.py; do
-        python3 "$t" || status=$?
+        python3 "$t" 2>&1 | tee -a "$results" || status=$?
     done
 fi
 
@@ -71,6 +75,12 @@ if [ "$server_status" -ne 0 ]; then
     [ "$status" -ne 0 ] || status=1
 elif [ "$status" -ne 0 ]; then
     echo "ferrox serve log:"
-    tail -n 50 "$log"
+    tail -n 30 "$log"
 fi
+# A long log truncates in the middle: what failed is repeated last, where it is read.
+if [ "$status" -ne 0 ]; then
+    echo "the Python tests' failures:"
+    grep -E "^(FAILED|ERROR)|Error|assert" "$results" | tail -n 40
+fi
+rm -f "$results"
 exit "$status"

@@ -25,8 +25,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Fetch the default model (Gemma 3 270M Q4_K_M) into the cache; print its path.
-    Pull,
+    /// Fetch a model into the cache and print its path: the default model (Gemma 3 270M
+    /// Q4_K_M) without a name, else OWNER/REPO[:QUANT] from the Hugging Face hub
+    /// (HF_ENDPOINT, HF_TOKEN), resumable and checked against the hub's SHA-256.
+    Pull {
+        /// OWNER/REPO or OWNER/REPO:QUANT (e.g. bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M).
+        name: Option<String>,
+    },
     /// Print a model's architecture, sizes, tensor types and KV cost.
     Inspect {
         /// GGUF file (default: the cached default model).
@@ -81,7 +86,12 @@ fn main() {
         std::process::exit(1);
     }
     let result = match cli.cmd {
-        Cmd::Pull => pull::ensure_default_model().map(|path| println!("{}", path.display())),
+        Cmd::Pull { name: None } => {
+            pull::ensure_default_model().map(|path| println!("{}", path.display()))
+        }
+        Cmd::Pull { name: Some(name) } => {
+            pull::from_hub(&name).map(|path| println!("{}", path.display()))
+        }
         Cmd::Inspect { model } => resolve_model(model).and_then(|m| inspect::inspect(&m)),
         Cmd::Tokenize(args) => inspect::tokenize(args),
         Cmd::Bench(BenchCmd {

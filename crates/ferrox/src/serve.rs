@@ -310,6 +310,9 @@ impl ServeArgs {
                 PoolingArg::Cls => Pooling::Cls,
                 PoolingArg::Last => Pooling::Last,
             }),
+            // `/api/pull` reads HF_ENDPOINT and stores into the model cache.
+            hub_endpoint: None,
+            pull_dir: None,
         })
     }
 }

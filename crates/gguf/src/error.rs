@@ -133,6 +133,10 @@ pub enum GgufError {
         data_bytes: u64,
     },
 
+    /// Joining: the files are not the shards of one split, all of them, in order.
+    #[error("not the shards of one split: {0}")]
+    BadSplit(String),
+
     /// A metadata key the caller needed is absent.
     #[error("missing metadata key `{0}`")]
     MissingKey(String),

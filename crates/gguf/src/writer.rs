@@ -180,52 +180,77 @@ impl GgufWriter {
     }
 
     fn write(&self, w: &mut impl Write) -> io::Result<()> {
-        let offsets = self.tensor_offsets();
-        let mut head = Vec::new();
-        head.extend_from_slice(b"GGUF");
-        head.extend_from_slice(&3u32.to_le_bytes());
-        head.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        head.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (key, value) in &self.metadata {
-            put_string(&mut head, key);
-            head.extend_from_slice(&value.gguf_type_id().to_le_bytes());
-            put_payload(&mut head, value);
-        }
-        for (t, offset) in self.tensors.iter().zip(&offsets) {
-            put_string(&mut head, &t.name);
-            head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                head.extend_from_slice(&d.to_le_bytes());
-            }
-            head.extend_from_slice(&(t.ty as u32).to_le_bytes());
-            head.extend_from_slice(&offset.to_le_bytes());
-        }
-        let data_offset = align_up(head.len() as u64, self.alignment);
-        head.resize(data_offset as usize, 0);
-        w.write_all(&head)?;
-
-        let mut written = 0u64;
-        for (t, &offset) in self.tensors.iter().zip(&offsets) {
-            w.write_all(&vec![0; (offset - written) as usize])?;
-            w.write_all(&t.data)?;
-            written = offset + t.data.len() as u64;
-        }
-        let end = align_up(written, self.alignment);
-        w.write_all(&vec![0; (end - written) as usize])
-    }
-
-    /// Each tensor's offset in the data section: packed in order, each start aligned.
-    fn tensor_offsets(&self) -> Vec<u64> {
-        let mut next = 0u64;
-        self.tensors
+        let tensors: Vec<TensorOut<'_>> = self
+            .tensors
             .iter()
-            .map(|t| {
-                let offset = align_up(next, self.alignment);
-                next = offset + t.data.len() as u64;
-                offset
+            .map(|t| TensorOut {
+                name: &t.name,
+                dims: &t.dims,
+                ty: t.ty,
+                data: &t.data,
             })
-            .collect()
+            .collect();
+        write_gguf(w, &self.metadata, self.alignment, &tensors)
     }
+}
+
+/// A tensor to write: its info and its bytes, already in its type's block layout.
+pub(crate) struct TensorOut<'a> {
+    pub name: &'a str,
+    pub dims: &'a [u64],
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+}
+
+/// Writes a GGUF v3 file: the header (`metadata`, then each tensor's info with its offset,
+/// packed in order with each start aligned), padding, then the data, streamed from
+/// `tensors`' bytes (which may be memory-mapped from other files, as when joining shards).
+pub(crate) fn write_gguf(
+    w: &mut impl Write,
+    metadata: &[(String, Value)],
+    alignment: u64,
+    tensors: &[TensorOut<'_>],
+) -> io::Result<()> {
+    let mut next = 0u64;
+    let offsets: Vec<u64> = tensors
+        .iter()
+        .map(|t| {
+            let offset = align_up(next, alignment);
+            next = offset + t.data.len() as u64;
+            offset
+        })
+        .collect();
+    let mut head = Vec::new();
+    head.extend_from_slice(b"GGUF");
+    head.extend_from_slice(&3u32.to_le_bytes());
+    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata {
+        put_string(&mut head, key);
+        head.extend_from_slice(&value.gguf_type_id().to_le_bytes());
+        put_payload(&mut head, value);
+    }
+    for (t, offset) in tensors.iter().zip(&offsets) {
+        put_string(&mut head, t.name);
+        head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in t.dims {
+            head.extend_from_slice(&d.to_le_bytes());
+        }
+        head.extend_from_slice(&(t.ty as u32).to_le_bytes());
+        head.extend_from_slice(&offset.to_le_bytes());
+    }
+    let data_offset = align_up(head.len() as u64, alignment);
+    head.resize(data_offset as usize, 0);
+    w.write_all(&head)?;
+
+    let mut written = 0u64;
+    for (t, &offset) in tensors.iter().zip(&offsets) {
+        w.write_all(&vec![0; (offset - written) as usize])?;
+        w.write_all(t.data)?;
+        written = offset + t.data.len() as u64;
+    }
+    let end = align_up(written, alignment);
+    w.write_all(&vec![0; (end - written) as usize])
 }
 
 fn check_string(len: usize, field: &'static str) -> Result<(), GgufError> {

@@ -55,6 +55,11 @@ pub struct ServerConfig {
     /// Split a thinking model's `<think>` block from its answer (`--reasoning-format`;
     /// `core/reasoning.rs`).
     pub reasoning: bool,
+    /// Where Ollama's `/api/pull` fetches models by name from: `None` is the hub
+    /// `HF_ENDPOINT` names, else Hugging Face's (`ferrox_hub`).
+    pub hub_endpoint: Option<String>,
+    /// Where pulled models go: `None` is the model cache (`~/.cache/ferrox/models`).
+    pub pull_dir: Option<std::path::PathBuf>,
 }
 
 /// The Responses API store's default caps (`openai/responses/store.rs`): 1,024 responses, 64 MiB.
@@ -97,6 +102,8 @@ impl Default for ServerConfig {
             tls: None,
             pooling: None,
             reasoning: true,
+            hub_endpoint: None,
+            pull_dir: None,
         }
     }
 }

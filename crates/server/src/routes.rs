@@ -27,7 +27,7 @@ use std::sync::Arc;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Method};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{middleware, Extension, Json, Router};
 use serde_json::{json, Value};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -41,6 +41,7 @@ use crate::http::metrics::track_requests;
 use crate::http::params::BodyLimit;
 use crate::llamacpp::{self, tokenize};
 use crate::models;
+use crate::ollama;
 use crate::openai;
 use crate::state::AppState;
 
@@ -87,10 +88,29 @@ pub fn app(state: AppState) -> Router {
             "/v1/messages/count_tokens",
             post(anthropic::messages::count_tokens),
         );
+    let ollama = Router::new()
+        .route("/api/chat", post(ollama::generate::chat))
+        .route("/api/generate", post(ollama::generate::generate_route))
+        .route("/api/embed", post(ollama::embed::embed))
+        .route("/api/embeddings", post(ollama::embed::embeddings))
+        .route("/api/tags", get(ollama::models::tags))
+        .route("/api/show", post(ollama::models::show))
+        .route("/api/ps", get(ollama::models::ps))
+        .route("/api/version", get(ollama::models::version))
+        .route("/api/pull", post(ollama::pull::pull))
+        .route("/api/create", post(ollama::models::unsupported))
+        .route("/api/copy", post(ollama::models::unsupported))
+        .route("/api/push", post(ollama::models::unsupported))
+        .route("/api/delete", delete(ollama::models::unsupported))
+        .route(
+            "/api/blobs/:digest",
+            post(ollama::models::unsupported).head(ollama::models::unsupported),
+        );
     let openai = public.merge(metrics).merge(guard(openai));
     let routes = with_error_shape(openai, openai::error_body)
         .merge(with_error_shape(guard(anthropic), anthropic::error_body))
-        .merge(with_error_shape(guard(llamacpp), llamacpp::error_body));
+        .merge(with_error_shape(guard(llamacpp), llamacpp::error_body))
+        .merge(with_error_shape(guard(ollama), ollama::error_body));
     with_layers(routes, state)
 }
 

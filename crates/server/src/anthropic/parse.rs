@@ -338,10 +338,7 @@ fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
             }
             let name: String = t.require("name")?;
             let description = t.take::<String>("description")?;
-            let ipath = t.path("input_schema");
-            let parameters = t
-                .take_raw("input_schema")
-                .ok_or(ApiError::MissingParameter { param: ipath })?;
+            let parameters = t.require_raw("input_schema")?;
             t.accept("cache_control");
             t.finish()?;
             tools.push(Tool {

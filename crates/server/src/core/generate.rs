@@ -198,8 +198,24 @@ fn submit(
     chat: bool,
     constraint: Option<Constraint>,
 ) -> Result<Generation, ApiError> {
-    let left = served.context_tokens.saturating_sub(prompt_ids.len());
+    let context = match options.context_limit {
+        Some(limit) if prompt_ids.len() >= limit.tokens => {
+            return Err(ApiError::invalid(
+                limit.param,
+                format!(
+                    "the prompt has {} tokens, and {} = {} leaves no room to answer",
+                    prompt_ids.len(),
+                    limit.param,
+                    limit.tokens
+                ),
+            ))
+        }
+        Some(limit) => limit.tokens.min(served.context_tokens),
+        None => served.context_tokens,
+    };
+    let left = context.saturating_sub(prompt_ids.len());
     let max_tokens = match options.max_tokens {
+        Some(n) if options.clamp_to_context => n.min(left).max(1),
         Some(n) => n,
         None if options.fill_context => left.max(1),
         None => served.default_max_tokens.min(left).max(1),

@@ -15,6 +15,7 @@
 //!   written out for a template without tools); [`answer`]: an answer read as text,
 //!   reasoning or calls, streamed ([`answer::AnswerStream`]) or whole ([`answer::Answer`]);
 //! - [`reasoning`]: a thinking model's `<think>` block split from its answer;
+//! - [`fim`]: fill-in-the-middle prompts laid out with the model's FIM tokens;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids (and timestamps) for replies and stored objects;
 //! - [`error`]: every way a request fails, as kinds (`http/errors.rs` gives them statuses,
@@ -24,6 +25,7 @@ pub mod answer;
 pub mod conversation;
 pub mod embed;
 pub mod error;
+pub mod fim;
 pub mod gbnf;
 pub mod generate;
 pub mod grammar;

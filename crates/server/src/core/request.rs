@@ -50,6 +50,13 @@ pub struct GenerationOptions {
     /// llama.cpp's `n_predict: -1`: without `max_tokens`, generate until a stop or the end
     /// of the context (the KV for all of it is leased at admission).
     pub fill_context: bool,
+    /// Ollama's `num_ctx`: the positions this request may use, prompt and output together,
+    /// within the model's context (`None`: the model's). A prompt longer is refused naming
+    /// `param`.
+    pub context_limit: Option<ContextLimit>,
+    /// Ollama's way with a budget past the context: the output stops where the context ends
+    /// (a `length` finish) instead of the request being refused.
+    pub clamp_to_context: bool,
     /// Everything but the seed, which is per choice.
     pub sampling: SamplingParams,
     /// `None`: a random seed per request.
@@ -81,6 +88,8 @@ impl Default for GenerationOptions {
             max_tokens: None,
             max_tokens_param: "max_tokens",
             fill_context: false,
+            context_limit: None,
+            clamp_to_context: false,
             sampling: SamplingParams::default(),
             seed: None,
             stop: Vec::new(),
@@ -94,4 +103,11 @@ impl Default for GenerationOptions {
             tools: None,
         }
     }
+}
+
+/// A request's own context size, and the parameter that set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextLimit {
+    pub tokens: usize,
+    pub param: &'static str,
 }

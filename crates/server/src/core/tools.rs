@@ -1,5 +1,6 @@
 //! Tool calling, protocol-free: the tools a request offers and the calls an answer makes, as
-//! types. The rest is beside it, each in one place: the syntax of calls is the model
+//! types, and the function-tool object OpenAI's and Ollama's APIs both describe a tool
+//! with. The rest is beside it, each in one place: the syntax of calls is the model
 //! family's (`core/tool_syntax.rs`), the conversation as the model's template takes it is
 //! `core/conversation.rs`, and an answer read as text or calls is `core/answer.rs`.
 //!
@@ -17,6 +18,7 @@
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
+use crate::http::params::Fields;
 
 /// A function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +27,55 @@ pub struct Tool {
     pub description: Option<String>,
     /// A JSON schema for the arguments (an object schema; `{}` when the tool takes none).
     pub parameters: Value,
+}
+
+impl Tool {
+    /// A tool as OpenAI's chat API writes one, `{"type": "function", "function": {"name",
+    /// "description", "parameters", "strict"}}` — the shape Hugging Face's templates take
+    /// (`Tools::template_json` writes it back) and Ollama's API takes too. `path` names it
+    /// in errors.
+    pub fn from_function(value: Value, path: &str) -> Result<Tool, ApiError> {
+        let mut t = Fields::nested(value, path)?;
+        let ty: String = t.require("type")?;
+        if ty != "function" {
+            return Err(ApiError::invalid(
+                t.path("type"),
+                format!("tools of type {ty:?} are not supported; only \"function\""),
+            ));
+        }
+        let fpath = t.path("function");
+        let func = t.require_raw("function")?;
+        t.finish()?;
+        let mut f = Fields::nested(func, &fpath)?;
+        let name: String = f.require("name")?;
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(ApiError::invalid(
+                f.path("name"),
+                "must be a non-empty name of letters, digits, _ and -",
+            ));
+        }
+        let description = f.take::<String>("description")?;
+        let parameters = f.take_raw("parameters").unwrap_or_else(
+            || json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        );
+        if !parameters.is_object() {
+            return Err(ApiError::invalid(
+                f.path("parameters"),
+                "must be a JSON schema object",
+            ));
+        }
+        f.take::<bool>("strict")?;
+        f.finish()?;
+        Ok(Tool {
+            name,
+            description,
+            parameters,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

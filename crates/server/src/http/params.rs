@@ -198,6 +198,15 @@ impl Fields {
         self.map.remove(name).filter(|v| !v.is_null())
     }
 
+    /// Parameter `name` as raw JSON (a nested object to read with [`Fields::nested`]), which
+    /// must be present and not `null`.
+    pub fn require_raw(&mut self, name: &str) -> Result<Value, ApiError> {
+        self.take_raw(name)
+            .ok_or_else(|| ApiError::MissingParameter {
+                param: self.path(name),
+            })
+    }
+
     /// Parameter `name`, which must be present and not `null`.
     pub fn require<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, ApiError> {
         self.take(name)?.ok_or_else(|| ApiError::MissingParameter {

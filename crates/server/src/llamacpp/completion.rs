@@ -29,10 +29,10 @@ use axum::Json;
 use ferrox_sched::{Completion, TokenEvent};
 use serde_json::{json, Value};
 
-use super::parse::{parse_completion, parse_infill, Infill, NativeOptions};
+use super::parse::{parse_completion, parse_infill, NativeOptions};
 use crate::core::error::ApiError;
 use crate::core::generate::{generate, Finish, Generation};
-use crate::core::request::{Input, Prompt, PromptPiece};
+use crate::core::request::{Input, Prompt};
 use crate::core::served::ServedModel;
 use crate::core::stream::{drive, Encoder};
 use crate::http::sse::{sse_response, Frame, Ping};
@@ -45,47 +45,8 @@ pub async fn completion(Pinned { served, body }: Pinned) -> Result<Response, Api
 
 pub async fn infill(Pinned { served, body }: Pinned) -> Result<Response, ApiError> {
     let (infill, native) = parse_infill(body)?;
-    let prompt = infill_prompt(&served, infill)?;
+    let prompt = infill.prompt(&served, "input_extra")?;
     serve(served, prompt, native).await
-}
-
-/// The fill-in-the-middle layout of `infill` with the model's FIM tokens.
-fn infill_prompt(g: &ServedModel, infill: Infill) -> Result<Prompt, ApiError> {
-    let tokenizer = g.model.tokenizer();
-    let fim = tokenizer.fim();
-    let (Some(pre), Some(suf), Some(mid)) = (fim.pre, fim.suf, fim.mid) else {
-        return Err(ApiError::NotImplemented {
-            message: "Infill is not supported by this model: it has no fill-in-the-middle \
-                      (prefix, suffix, middle) tokens"
-                .into(),
-        });
-    };
-    let mut pieces = Vec::new();
-    if let (true, Some(bos)) = (tokenizer.add_bos_default(), tokenizer.bos()) {
-        pieces.push(PromptPiece::Token(bos));
-    }
-    if !infill.extra.is_empty() {
-        let Some(sep) = fim.sep else {
-            return Err(ApiError::invalid(
-                "input_extra",
-                "this model has no file-separator token to lay out extra context with",
-            ));
-        };
-        for (filename, text) in infill.extra {
-            pieces.push(PromptPiece::Token(sep));
-            pieces.push(PromptPiece::Text(format!("{filename}\n{text}")));
-        }
-    }
-    pieces.extend([
-        PromptPiece::Token(pre),
-        PromptPiece::Text(infill.prefix),
-        PromptPiece::Token(suf),
-        PromptPiece::Text(infill.suffix),
-        PromptPiece::Token(mid),
-        PromptPiece::Text(infill.prompt),
-    ]);
-    pieces.retain(|p| !matches!(p, PromptPiece::Text(t) if t.is_empty()));
-    Ok(Prompt::Mixed(pieces))
 }
 
 async fn serve(

@@ -22,6 +22,7 @@ use ferrox_engine::sampler::SamplingParams;
 use serde_json::{Map, Value};
 
 use crate::core::error::ApiError;
+use crate::core::fim::Infill;
 use crate::core::gbnf;
 use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::{GenerationOptions, Prompt, PromptPiece};
@@ -52,17 +53,6 @@ pub fn parse_completion(body: Value) -> Result<(Prompt, NativeOptions), ApiError
     let native = options(&mut f)?;
     f.finish()?;
     Ok((prompt, native))
-}
-
-/// `/infill`'s own fields.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Infill {
-    pub prefix: String,
-    pub suffix: String,
-    /// `input_extra`: `(filename, text)` chunks of context from other files.
-    pub extra: Vec<(String, String)>,
-    /// `prompt`: text after the middle marker (what the cursor's line already holds).
-    pub prompt: String,
 }
 
 /// An `/infill` body.

@@ -32,5 +32,5 @@ pub mod routes;
 mod table;
 
 pub use keep_alive::KeepAlive;
-pub use pinned::Pinned;
+pub use pinned::{take_keep_alive, Pinned};
 pub use registry::{ModelInfo, ModelsConfig, Registry, Status, Unload};

@@ -29,12 +29,18 @@ impl FromRequest<AppState> for Pinned {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let JsonBody(mut body) = JsonBody::from_request(req, state).await?;
-        let keep_alive = match body.as_object_mut().and_then(|o| o.remove("keep_alive")) {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(KeepAlive::from_json(&v)?),
-        };
+        let keep_alive = take_keep_alive(&mut body)?;
         let name = body.get("model").and_then(Value::as_str);
         let served = state.models.acquire(name, keep_alive).await?;
         Ok(Pinned { served, body })
+    }
+}
+
+/// Takes `keep_alive` out of a request body: the registry's, not the protocol's (`None`: not
+/// sent, or null).
+pub fn take_keep_alive(body: &mut Value) -> Result<Option<KeepAlive>, ApiError> {
+    match body.as_object_mut().and_then(|o| o.remove("keep_alive")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => Ok(Some(KeepAlive::from_json(&v)?)),
     }
 }

@@ -116,6 +116,8 @@ pub struct ModelInfo {
     pub expires_in: Option<Duration>,
     /// Loads started since the server started.
     pub loads: u64,
+    /// The file it loads from (`None`: handed over loaded).
+    pub path: Option<PathBuf>,
 }
 
 /// What [`Registry::unload`] did.
@@ -516,6 +518,7 @@ impl Registry {
                     keep_alive: e.keep_alive,
                     expires_in,
                     loads: e.loads,
+                    path: e.path.clone(),
                 }
             })
             .collect()

@@ -97,18 +97,19 @@ impl<S> Table<S> {
     }
 
     /// The entry `name` names; no name is the first (the default model). With no model at
-    /// all the server is still starting: 503.
+    /// all the server is still starting: 503. A name with Ollama's default tag (`gemma:latest`)
+    /// also names the model without it (`gemma`), since Ollama's clients add the tag.
     pub(super) fn find(&self, name: Option<&str>) -> Result<usize, ApiError> {
         match name {
             _ if self.entries.is_empty() => Err(ApiError::Loading),
             None => Ok(0),
-            _ => {
-                let name = name.unwrap_or("");
-                self.position(name).ok_or_else(|| ApiError::ModelNotFound {
+            Some(name) => self
+                .position(name)
+                .or_else(|| self.position(name.strip_suffix(":latest")?))
+                .ok_or_else(|| ApiError::ModelNotFound {
                     model: name.to_string(),
                     available: self.ids(),
-                })
-            }
+                }),
         }
     }
 
@@ -165,6 +166,26 @@ mod tests {
     use super::*;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn a_name_finds_its_model_with_or_without_ollamas_default_tag() {
+        let t: Table<()> = Table {
+            entries: ["gemma", "qwen:7b", "m:latest"]
+                .iter()
+                .map(|id| Entry::new(id, None, KeepAlive::Forever))
+                .collect(),
+            clock: 0,
+        };
+        let at = |name| t.find(Some(name)).ok();
+        assert_eq!(at("gemma"), Some(0));
+        assert_eq!(at("gemma:latest"), Some(0));
+        assert_eq!(at("qwen:7b"), Some(1));
+        assert_eq!(at("qwen:latest"), None);
+        assert_eq!(at("qwen"), None);
+        assert_eq!(at("m:latest"), Some(2));
+        assert_eq!(at("m"), None);
+        assert_eq!(t.find(None).ok(), Some(0));
+    }
 
     /// What each entry was before a `reserve`: serving, busy, evictable, when last used.
     fn snapshot(t: &Table<()>) -> Vec<(bool, bool, bool, u64)> {

@@ -209,11 +209,7 @@ fn response_format(f: &mut Fields) -> Result<Option<GrammarRequest>, ApiError> {
         "json_object" => Some(GrammarSpec::JsonObject),
         "json_schema" => {
             let path = rf.path("json_schema");
-            let inner = rf
-                .take_raw("json_schema")
-                .ok_or_else(|| ApiError::MissingParameter {
-                    param: path.clone(),
-                })?;
+            let inner = rf.require_raw("json_schema")?;
             let mut j = Fields::nested(inner, &path)?;
             let spec = json_schema_fields(&mut j)?;
             j.finish()?;
@@ -424,11 +420,7 @@ fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
             return Err(ApiError::invalid(c.path("type"), "must be \"function\""));
         }
         let fpath = c.path("function");
-        let func = c
-            .take_raw("function")
-            .ok_or_else(|| ApiError::MissingParameter {
-                param: fpath.clone(),
-            })?;
+        let func = c.require_raw("function")?;
         c.finish()?;
         let mut f = Fields::nested(func, &fpath)?;
         let name: String = f.require("name")?;

@@ -29,7 +29,7 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
         Some(Value::Array(items)) => items
             .into_iter()
             .enumerate()
-            .map(|(i, t)| tool(t, &format!("tools[{i}]")))
+            .map(|(i, t)| Tool::from_function(t, &format!("tools[{i}]")))
             .collect::<Result<Vec<_>, _>>()?,
         Some(other) => {
             return Err(ApiError::invalid(
@@ -39,11 +39,7 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
         }
     };
     let choice = tool_choice(f, !tools.is_empty(), |c| {
-        let func = c
-            .take_raw("function")
-            .ok_or_else(|| ApiError::MissingParameter {
-                param: "tool_choice.function".into(),
-            })?;
+        let func = c.require_raw("function")?;
         let mut fc = Fields::nested(func, "tool_choice.function")?;
         let name: String = fc.require("name")?;
         fc.finish()?;
@@ -86,53 +82,6 @@ pub fn tool_choice(
             c.finish()?;
             ToolChoice::Named(name)
         }
-    })
-}
-
-fn tool(value: Value, path: &str) -> Result<Tool, ApiError> {
-    let mut t = Fields::nested(value, path)?;
-    let ty: String = t.require("type")?;
-    if ty != "function" {
-        return Err(ApiError::invalid(
-            t.path("type"),
-            format!("tools of type {ty:?} are not supported; only \"function\""),
-        ));
-    }
-    let fpath = t.path("function");
-    let func = t
-        .take_raw("function")
-        .ok_or_else(|| ApiError::MissingParameter {
-            param: fpath.clone(),
-        })?;
-    t.finish()?;
-    let mut f = Fields::nested(func, &fpath)?;
-    let name: String = f.require("name")?;
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        return Err(ApiError::invalid(
-            f.path("name"),
-            "must be a non-empty name of letters, digits, _ and -",
-        ));
-    }
-    let description = f.take::<String>("description")?;
-    let parameters = f.take_raw("parameters").unwrap_or_else(
-        || json!({"type": "object", "properties": {}, "additionalProperties": false}),
-    );
-    if !parameters.is_object() {
-        return Err(ApiError::invalid(
-            f.path("parameters"),
-            "must be a JSON schema object",
-        ));
-    }
-    f.take::<bool>("strict")?;
-    f.finish()?;
-    Ok(Tool {
-        name,
-        description,
-        parameters,
     })
 }
 

@@ -51,6 +51,20 @@ const ROUTES: &[(&str, &str, &str, bool)] = &[
         "/v1/messages/count_tokens",
         false,
     ),
+    ("POST", "/api/chat", "/api/chat", false),
+    ("POST", "/api/generate", "/api/generate", false),
+    ("POST", "/api/embed", "/api/embed", false),
+    ("POST", "/api/embeddings", "/api/embeddings", false),
+    ("GET", "/api/tags", "/api/tags", false),
+    ("POST", "/api/show", "/api/show", false),
+    ("GET", "/api/ps", "/api/ps", false),
+    ("GET", "/api/version", "/api/version", false),
+    ("POST", "/api/pull", "/api/pull", false),
+    ("POST", "/api/create", "/api/create", false),
+    ("POST", "/api/copy", "/api/copy", false),
+    ("POST", "/api/push", "/api/push", false),
+    ("DELETE", "/api/delete", "/api/delete", false),
+    ("POST", "/api/blobs/sha256-x", "/api/blobs/:digest", false),
 ];
 
 /// The route patterns `routes.rs` registers, read from its source.
@@ -139,9 +153,19 @@ async fn with_keys_every_guarded_route_needs_one_by_either_header() {
         assert_eq!(r.status(), 401, "{method} {path} without a key");
         let v = json_of(r).await;
         let error = &v["error"]; // every protocol nests it there
-        assert_eq!(error["type"], auth_error_type(path), "{method} {path}: {v}");
+        if path.starts_with("/api/") {
+            // Ollama's shape: the message itself.
+            assert!(
+                error.as_str().unwrap_or("").contains("API key"),
+                "{path}: {v}"
+            );
+        } else {
+            assert_eq!(error["type"], auth_error_type(path), "{method} {path}: {v}");
+        }
         let code = if openai_shaped(path) {
             json!("invalid_api_key")
+        } else if path.starts_with("/api/") {
+            Value::Null // Ollama's error has no code
         } else {
             json!(401) // llama-server's shape carries the status as its code
         };

@@ -13,6 +13,7 @@ mod errors;
 mod generation;
 mod llamacpp;
 mod models;
+mod ollama;
 mod reasoning;
 mod responses;
 mod routes;
