@@ -88,7 +88,11 @@ fn parts(path: &str) -> impl Iterator<Item = &str> {
 
 /// `(NAME, n, count)` of a shard's path `NAME-0000n-of-0000count.gguf`.
 pub fn shard_of(path: &str) -> Option<(String, u32, u32)> {
-    let stem = path.strip_suffix(".gguf")?;
+    let cut = path.len().checked_sub(".gguf".len())?;
+    if !path.is_char_boundary(cut) || !path[cut..].eq_ignore_ascii_case(".gguf") {
+        return None;
+    }
+    let stem = &path[..cut];
     let (rest, count) = stem.rsplit_once("-of-")?;
     let (base, no) = rest.rsplit_once('-')?;
     let is_number = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
@@ -187,5 +191,6 @@ mod tests {
             Some(("a-b".into(), 3, 10))
         );
         assert_eq!(shard_of("a-3-of-10.gguf"), None);
+        assert_eq!(shard_of("A-00001-of-00002.GGUF"), Some(("A".into(), 1, 2)));
     }
 }

@@ -11,8 +11,11 @@ use sha2::{Digest, Sha256};
 
 use crate::{Hub, HubError, Progress, RemoteFile};
 
-/// How many times one run resumes a broken transfer before giving up.
-const ATTEMPTS: usize = 5;
+/// How many requests one run makes for a file before giving up.
+const ATTEMPTS: u32 = 5;
+
+/// The first wait before trying again; it doubles each time (0.5 s, 1 s, 2 s, 4 s).
+const BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Progress is reported about every this many bytes.
 const REPORT_EVERY: u64 = 1 << 20;
@@ -29,30 +32,26 @@ pub fn fetch(
         return Ok(());
     }
     let part = part_path(dest);
-    let mut last_error = None;
-    for _ in 0..ATTEMPTS {
-        let have = std::fs::metadata(&part).map_or(0, |m| m.len());
-        if have > file.size {
-            std::fs::remove_file(&part)?;
-            continue;
-        }
-        if have == file.size {
-            last_error = None;
-            break;
-        }
-        match transfer(hub, url, file, &part, have, progress) {
-            Ok(()) => {
-                last_error = None;
-                if std::fs::metadata(&part).map_or(0, |m| m.len()) == file.size {
-                    break;
-                }
-            }
-            Err(e @ HubError::Http { .. }) if is_fatal(&e) => return Err(e),
-            Err(e) => last_error = Some(e),
-        }
+    let size_of = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    // Longer than the file: not this file's start; begin again.
+    if size_of(&part) > file.size {
+        std::fs::remove_file(&part)?;
     }
-    if let Some(e) = last_error {
-        return Err(e);
+    let mut attempt = 0;
+    while size_of(&part) < file.size {
+        match transfer(hub, url, file, &part, size_of(&part), progress) {
+            Ok(()) => {}
+            Err(e) if !retryable(&e) || attempt + 1 >= ATTEMPTS => return Err(e),
+            // A network blip or a busy hub: wait a little longer each time.
+            Err(_) => std::thread::sleep(BACKOFF * (1 << attempt)),
+        }
+        attempt += 1;
+        if attempt >= ATTEMPTS && size_of(&part) < file.size {
+            return Err(HubError::Http {
+                url: url.to_string(),
+                detail: format!("still incomplete after {ATTEMPTS} attempts"),
+            });
+        }
     }
     progress(Progress::Verifying {
         file: file.path.clone(),
@@ -77,9 +76,16 @@ fn part_path(dest: &Path) -> PathBuf {
     dest.with_file_name(name)
 }
 
-/// A status the hub will answer again: no point in retrying.
-fn is_fatal(e: &HubError) -> bool {
-    matches!(e, HubError::Http { detail, .. } if detail.starts_with("status 4"))
+/// Whether trying again may help: a broken connection, a timeout, a server error, or the
+/// hub asking to slow down (408, 429); not another 4xx, which it will answer again.
+fn retryable(e: &HubError) -> bool {
+    match e {
+        HubError::Http { detail, .. } => match detail.strip_prefix("status ") {
+            Some(code) => code.starts_with('5') || code == "408" || code == "429",
+            None => true,
+        },
+        _ => false,
+    }
 }
 
 /// One request: appends to `part` from byte `have` (or starts it again if the server sends

@@ -9,7 +9,9 @@
 //! `Range` request, in the same run and the next), checked against the hub's SHA-256 before
 //! it takes its final name, so a file under its final name is always whole and verified. A
 //! split model's shards are joined into one file (`ferrox_gguf::join_split`). A model whose
-//! file is already in the cache is not fetched again.
+//! file is already in the cache is not fetched again. Two pulls of one repository in one
+//! process take turns (the second finds the file in place); two processes pulling the same
+//! file at once are not guarded against.
 //!
 //! The hub is `HF_ENDPOINT` when set (as the `huggingface_hub` library reads it), else
 //! Hugging Face's; `HF_TOKEN` is sent as a bearer token for gated repositories. Tests point
@@ -19,6 +21,7 @@ mod choose;
 mod download;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 pub use choose::{shard_of, DEFAULT_QUANT};
@@ -126,6 +129,32 @@ pub enum HubError {
     Join(#[from] ferrox_gguf::GgufError),
 }
 
+/// The repository folders being pulled into by this process.
+static PULLING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static PULLED: Condvar = Condvar::new();
+
+/// This process's pull into one folder, for as long as it lives.
+struct InFlight(PathBuf);
+
+impl InFlight {
+    fn wait_for(dir: PathBuf) -> InFlight {
+        let mut pulling = PULLING.lock().unwrap_or_else(|p| p.into_inner());
+        while pulling.contains(&dir) {
+            pulling = PULLED.wait(pulling).unwrap_or_else(|p| p.into_inner());
+        }
+        pulling.push(dir.clone());
+        InFlight(dir)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut pulling = PULLING.lock().unwrap_or_else(|p| p.into_inner());
+        pulling.retain(|d| *d != self.0);
+        PULLED.notify_all();
+    }
+}
+
 /// A hub to pull from.
 pub struct Hub {
     endpoint: String,
@@ -149,8 +178,9 @@ impl Hub {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(30)))
-            // A stalled transfer fails (and is resumed) instead of hanging.
-            .timeout_recv_body(Some(Duration::from_secs(60)))
+            // A stalled transfer fails (and is resumed) instead of hanging; a slow one that
+            // keeps moving goes on (this bounds each read, not the whole body).
+            .timeout_per_read(Some(Duration::from_secs(60)))
             .build()
             .into();
         Hub {
@@ -182,6 +212,9 @@ impl Hub {
         let chosen = choose::choose(&name.repo, name.quant.as_deref(), &files)?;
         let dir = Hub::dir(cache, name);
         std::fs::create_dir_all(&dir)?;
+        // One pull of a repository at a time in this process; a second waits, then finds
+        // the file in place (two writers would append to one `.part`).
+        let _turn = InFlight::wait_for(dir.clone());
         let file_name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
         let target = match shard_of(&chosen[0].path) {
             Some((base, _, _)) => dir.join(format!("{}.gguf", file_name(&base))),

@@ -14,8 +14,11 @@
 //!   `extra_body` only);
 //! - `tools` and `tool_choice`, `tool_use` and `tool_result` blocks: tool calling as the
 //!   core does it (`core/tools.rs`);
+//! - `output_config.format` (`{"type": "json_schema", "schema"}`, Anthropic's structured
+//!   output) constrains the answer as `response_format` does on the OpenAI routes, tools or
+//!   not; `output_config.effort` is refused by name (a local model has no effort setting);
 //! - block types this server cannot serve yet (`image`, `document`, ...) and
-//!   the `thinking` and `output_config` parameters are refused by name, never dropped;
+//!   the `thinking` parameter are refused by name, never dropped;
 //! - a conversation ending in an assistant turn (Anthropic's "prefill") is refused by name:
 //!   continuing an assistant turn needs the template to leave it open, which it does not.
 
@@ -24,12 +27,13 @@ use ferrox_engine::template::{ChatMessage, ChatToolCall};
 use serde_json::Value;
 
 use crate::core::error::ApiError;
+use crate::core::grammar::{GrammarRequest, GrammarSpec};
 use crate::core::request::GenerationOptions;
 use crate::core::tools::{Parallel, Tool, ToolChoice, Tools};
 use crate::http::params::{kind, Fields};
 
 /// Parameters of the Messages API this server does not implement yet.
-const UNSUPPORTED: &[&str] = &["thinking", "output_config", "mcp_servers", "container"];
+const UNSUPPORTED: &[&str] = &["thinking", "mcp_servers", "container"];
 
 /// Parameters that label or route a request on Anthropic's side and change nothing about
 /// what is generated: accepted and logged. (A top-level `cache_control` marks the prompt
@@ -56,7 +60,7 @@ pub struct MessagesRequest {
 /// A `/v1/messages` body.
 pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
-    let (messages, tools) = prompt(&mut f)?;
+    let (messages, tools, grammar) = prompt(&mut f)?;
     let max_tokens = f
         .max_tokens("max_tokens")?
         .ok_or_else(|| ApiError::MissingParameter {
@@ -76,6 +80,7 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
         stop: f.stop("stop_sequences")?,
         stream: f.take("stream")?.unwrap_or(false),
         tools,
+        grammar,
         ..GenerationOptions::default()
     };
     metadata(&mut f)?;
@@ -92,21 +97,63 @@ pub struct CountRequest {
 /// A `/v1/messages/count_tokens` body (its `model` is the one `Pinned` resolved).
 pub fn parse_count_tokens(body: Value) -> Result<CountRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
-    let (messages, tools) = prompt(&mut f)?;
+    // A structured output changes nothing in the prompt here: checked, then not counted.
+    let (messages, tools, _) = prompt(&mut f)?;
     f.take::<String>("model")?;
     f.finish()?;
     Ok(CountRequest { messages, tools })
 }
 
 /// What a Messages body and a count_tokens body share: the refused and the no-effect
-/// parameters, the tools, and the conversation.
-fn prompt(f: &mut Fields) -> Result<(Vec<ChatMessage>, Option<Tools>), ApiError> {
+/// parameters, the tools, the structured output, and the conversation.
+fn prompt(f: &mut Fields) -> Result<Prompt, ApiError> {
     f.refuse_unsupported(UNSUPPORTED)?;
     for name in NO_EFFECT {
         f.accept(name);
     }
     let tools = parse_tools(f)?;
-    Ok((conversation(f)?, tools))
+    let grammar = output_config(f)?;
+    Ok((conversation(f)?, tools, grammar))
+}
+
+/// The conversation, the tools offered and the answer's schema.
+type Prompt = (Vec<ChatMessage>, Option<Tools>, Option<GrammarRequest>);
+
+/// `output_config`: `format` (`{"type": "json_schema", "schema"}`) as the answer's
+/// constraint; `effort` refused by name.
+fn output_config(f: &mut Fields) -> Result<Option<GrammarRequest>, ApiError> {
+    let Some(v) = f.take_raw("output_config") else {
+        return Ok(None);
+    };
+    let mut o = Fields::nested(v, "output_config")?;
+    o.refuse_unsupported(&["effort"])?;
+    let grammar = match o.take_raw("format") {
+        None => None,
+        Some(v) => {
+            let mut format = Fields::nested(v, "output_config.format")?;
+            let ty: String = format.require("type")?;
+            if ty != "json_schema" {
+                return Err(ApiError::invalid(
+                    format.path("type"),
+                    format!("{ty:?} is not supported; the format is \"json_schema\""),
+                ));
+            }
+            let schema = format.require_raw("schema")?;
+            if !schema.is_object() {
+                return Err(ApiError::invalid(
+                    format.path("schema"),
+                    format!("a JSON schema is an object, got {}", kind(&schema)),
+                ));
+            }
+            format.finish()?;
+            Some(GrammarRequest {
+                spec: GrammarSpec::JsonSchema(schema),
+                param: "output_config.format".into(),
+            })
+        }
+    };
+    o.finish()?;
+    Ok(grammar)
 }
 
 /// `system` and `messages`, as chat messages with alternating turns: an assistant turn's

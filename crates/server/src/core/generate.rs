@@ -7,8 +7,8 @@
 //! registry did it, `models::Pinned`, with its 404 for an unknown name):
 //! 1. an encoder-only model is refused (it embeds, it cannot generate);
 //! 2. a constraint (`options.grammar`, or the call grammar of `options.tools` in the
-//!    model's tool format) is compiled, failing closed (a 400 naming the parameter) before
-//!    anything is queued;
+//!    model's tool format, which holds `options.grammar`'s answer when both are asked for)
+//!    is compiled, failing closed (a 400 naming the parameter) before anything is queued;
 //! 3. the prompt becomes token ids — a chat prepared for the model's tool format
 //!    (`core/conversation.rs`) and rendered through the model's template, tokenized with
 //!    special tokens parsed and BOS as the model's metadata says (never twice, even when the
@@ -102,11 +102,12 @@ pub async fn generate(
         ));
     }
     let chat = matches!(input, Input::Chat(_));
-    let tool_grammar = options
-        .tools
-        .as_ref()
-        .and_then(|t| served.tool_format.grammar(t));
-    let constraint = match options.grammar.as_ref().or(tool_grammar.as_ref()) {
+    // With tools, their grammar holds the structured answer too, if one is asked for.
+    let tool_grammar = match &options.tools {
+        Some(t) => served.tool_format.grammar(t, options.grammar.as_ref())?,
+        None => None,
+    };
+    let constraint = match tool_grammar.as_ref().or(options.grammar.as_ref()) {
         None => None,
         Some(request) => {
             let (g, request) = (Arc::clone(&served), request.clone());

@@ -22,12 +22,15 @@
 //!
 //! With `auto`, the grammar lets the answer be text or calls, and the text may not begin with
 //! the character a call begins with (`<`, `{` or `[`), so the first character of the answer
-//! tells the two apart exactly.
+//! tells the two apart exactly. A structured answer asked for beside tools takes the text's
+//! place (its JSON, through the schema), refused where its JSON could begin like a call
+//! (a Llama 3 model, whose calls are bare objects, with an object schema).
 
 use ferrox_engine::template::ChatToolCall;
 use ferrox_engine::tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
+use crate::core::error::ApiError;
 use crate::core::grammar::{with_layout, GrammarRequest, GrammarSpec};
 use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
 
@@ -113,10 +116,17 @@ impl ToolFormat {
 
     /// The grammar an answer must follow: calls only (`required`, a named tool), or text
     /// or calls (`auto`); several calls when the request allows them and the family can.
-    pub fn grammar(self, tools: &Tools) -> Option<GrammarRequest> {
+    /// With a structured answer asked for too (`answer`: a JSON schema, the agent
+    /// frameworks' "call a tool or give the final answer in this shape"), the `auto` text is
+    /// that answer's JSON. `Ok(None)`: nothing is callable.
+    pub fn grammar(
+        self,
+        tools: &Tools,
+        answer: Option<&GrammarRequest>,
+    ) -> Result<Option<GrammarRequest>, ApiError> {
         let callable = tools.callable();
         if callable.is_empty() {
-            return None;
+            return Ok(None);
         }
         let objects: Vec<Value> = callable
             .iter()
@@ -147,19 +157,51 @@ impl ToolFormat {
                 format!("calls: call{more}\ncall: \"{CALL_OPEN}\\n\" obj \"\\n{CALL_CLOSE}\"")
             }
         };
-        let start = match tools.choice {
+        let start = match (&tools.choice, answer) {
             // Text may not begin with whitespace either: a call after a newline would
             // read as text.
-            ToolChoice::Auto => format!(
+            (ToolChoice::Auto, None) => format!(
                 "start: text | calls\ntext: /[^{}\\s][\\s\\S]*/",
                 regex_escape(self.opener())
             ),
+            (ToolChoice::Auto, Some(answer)) => format!(
+                "start: answer | calls\nanswer: %json {}",
+                with_layout(self.answer_schema(answer)?)
+            ),
             _ => "start: calls".to_string(),
         };
-        Some(GrammarRequest {
+        Ok(Some(GrammarRequest {
             spec: GrammarSpec::Lark(format!("{start}\n{calls}\nobj: %json {object}\n")),
             param: "tools".into(),
-        })
+        }))
+    }
+
+    /// The schema of a structured answer beside tools, if the answer can be told from a
+    /// call by its first character as every answer is (a grammar cannot be combined: it
+    /// could begin like a call).
+    fn answer_schema(self, answer: &GrammarRequest) -> Result<Value, ApiError> {
+        let schema = match &answer.spec {
+            GrammarSpec::JsonObject => json!({"type": "object"}),
+            GrammarSpec::JsonSchema(schema) => schema.clone(),
+            GrammarSpec::Lark(_) | GrammarSpec::Regex(_) => {
+                return Err(ApiError::invalid(
+                    answer.param.clone(),
+                    "a grammar cannot be combined with tools (a JSON schema can)",
+                ))
+            }
+        };
+        let opener = self.opener();
+        if first_chars(&schema).contains(&opener) {
+            return Err(ApiError::invalid(
+                answer.param.clone(),
+                format!(
+                    "this model's tool calls begin with `{opener}`, as an answer of this \
+                     schema may: the two cannot be told apart, so the schema cannot be \
+                     combined with tools for this model"
+                ),
+            ));
+        }
+        Ok(schema)
     }
 
     /// Whether an answer that begins with `text` is calls (`auto`; only the first character
@@ -193,6 +235,50 @@ impl ToolFormat {
         }
         calls.truncate(stream.closed);
         Some(calls)
+    }
+}
+
+/// The characters a JSON value valid against `schema` may begin with (every JSON start
+/// when the schema does not say).
+fn first_chars(schema: &Value) -> Vec<char> {
+    const ANY: &[char] = &['{', '[', '"', '-', '0', 't', 'f', 'n'];
+    let of_type = |t: &str| -> Vec<char> {
+        match t {
+            "object" => vec!['{'],
+            "array" => vec!['['],
+            "string" => vec!['"'],
+            "number" | "integer" => vec!['-', '0'],
+            "boolean" => vec!['t', 'f'],
+            "null" => vec!['n'],
+            _ => ANY.to_vec(),
+        }
+    };
+    let Some(obj) = schema.as_object() else {
+        return ANY.to_vec(); // `true`: anything
+    };
+    let union = |schemas: &[Value]| -> Vec<char> { schemas.iter().flat_map(first_chars).collect() };
+    if let Some(values) = obj.get("enum").and_then(Value::as_array) {
+        return values
+            .iter()
+            .flat_map(|v| v.to_string().chars().next())
+            .collect();
+    }
+    if let Some(v) = obj.get("const") {
+        return v.to_string().chars().next().into_iter().collect();
+    }
+    match obj.get("type") {
+        Some(Value::String(t)) => of_type(t),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .flat_map(of_type)
+            .collect(),
+        _ => match (obj.get("anyOf").or(obj.get("oneOf")), obj) {
+            (Some(Value::Array(alts)), _) => union(alts),
+            (_, o) if o.contains_key("properties") => vec!['{'],
+            (_, o) if o.contains_key("items") => vec!['['],
+            _ => ANY.to_vec(),
+        },
     }
 }
 
@@ -498,7 +584,7 @@ mod tests {
 
     #[test]
     fn grammars_follow_the_family_and_the_parallel_flag() {
-        let lark = |f: ToolFormat, t: &Tools| match f.grammar(t).unwrap().spec {
+        let lark = |f: ToolFormat, t: &Tools| match f.grammar(t, None).unwrap().unwrap().spec {
             GrammarSpec::Lark(g) => g,
             other => panic!("{other:?}"),
         };
@@ -543,7 +629,8 @@ mod tests {
             "{g}"
         );
         assert!(ToolFormat::Hermes
-            .grammar(&tools(ToolChoice::None, Parallel::Asked))
+            .grammar(&tools(ToolChoice::None, Parallel::Asked), None)
+            .unwrap()
             .is_none());
     }
 }

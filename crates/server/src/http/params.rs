@@ -28,9 +28,12 @@ use crate::http::in_flight::Ticket;
 /// instead of axum's plain-text rejections. The limit is the router's [`BodyLimit`], which
 /// also says how long the whole body may take: a client that stops sending (or trickles)
 /// gets a 408 and its connection is closed, instead of holding it open for ever.
-/// A `Content-Type` other than JSON (`application/json`, `…+json`) is a 415: browsers send
-/// cross-site "simple" requests as forms or text, so a web page cannot post to a local
-/// server. A request without one is taken as JSON (a browser always sends one).
+/// A `Content-Type` other than JSON (`application/json`, `…+json`) from a browser is a 415:
+/// browsers send cross-site "simple" requests as forms or text, so a web page cannot post to
+/// a local server. A browser's POST always carries `Origin` (the Fetch standard sends it for
+/// every method but GET and HEAD); a request without it is not a web page's, so its body is
+/// read as JSON whatever it is labelled — `curl -d '{…}'` sends a form's type, and the
+/// examples in Ollama's and llama.cpp's docs are written that way.
 pub struct JsonBody(pub Value);
 
 #[async_trait]
@@ -38,7 +41,12 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
-        if let Some(ct) = req.headers().get(axum::http::header::CONTENT_TYPE) {
+        let from_browser = req.headers().contains_key(axum::http::header::ORIGIN);
+        if let Some(ct) = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .filter(|_| from_browser)
+        {
             let text = ct.to_str().unwrap_or("");
             let mime = text
                 .split(';')

@@ -114,6 +114,7 @@ async fn run(
             call: None,
             calls: 0,
             logprobs: request.logprobs.then(Vec::new),
+            show_thinking: request.think != Some(false),
         };
         return Ok(ndjson_response(drive(generation, lines)));
     }
@@ -121,14 +122,7 @@ async fn run(
     let outputs = generation.collect().await?;
     let out = &outputs[0];
     let answer = Answer::read(&out.completion.text, tools.as_ref(), format, thinking);
-    let mut body = head.line(&answer.text, answer.reasoning.as_deref());
-    if let Some(calls) = answer.calls.as_ref().filter(|c| !c.is_empty()) {
-        body["message"]["tool_calls"] = json!(calls
-            .iter()
-            .enumerate()
-            .map(|(k, c)| call_json(c, k))
-            .collect::<Vec<_>>());
-    }
+    let mut body = head.reply(&answer, request.think != Some(false));
     if request.logprobs {
         body["logprobs"] = json!(out
             .tokens
@@ -140,8 +134,11 @@ async fn run(
     Ok(Json(body).into_response())
 }
 
-/// The reasoning split `think` asks for, or the 400 when the model cannot give it. Only a
-/// prompt rendered through the template thinks.
+/// The reasoning split for this request, or the 400 when `think: true` cannot be honoured:
+/// a model that does not think, a prompt not rendered through the template, or an answer
+/// shaped by tools or a format (the split is off then). `think: false` on a model that
+/// always thinks (its template has no switch) still splits, and the reply leaves the
+/// reasoning out.
 fn thinking(
     served: &ServedModel,
     model: &str,
@@ -149,18 +146,21 @@ fn thinking(
     chat: bool,
     options: &crate::core::request::GenerationOptions,
 ) -> Result<Option<Thinking>, ApiError> {
-    let can = served.thinking.is_some() && chat;
+    let split = match chat {
+        true => served.thinking_for(options.tools.is_some(), options.grammar.is_some()),
+        false => None,
+    };
     match think {
-        Some(true) if !can => Err(ApiError::invalid(
+        Some(true) if served.thinking.is_none() => Err(ApiError::invalid(
             "think",
             format!("\"{model}\" does not support thinking"),
         )),
-        Some(false) if can => Err(ApiError::invalid(
+        Some(true) if split.is_none() => Err(ApiError::invalid(
             "think",
-            format!("\"{model}\" always thinks: its template has no way to turn it off"),
+            "the reasoning is not split from an answer shaped by tools or a format, or from \
+             a raw or suffix prompt: leave think out",
         )),
-        _ if !chat => Ok(None),
-        _ => Ok(served.thinking_for(options.tools.is_some(), options.grammar.is_some())),
+        _ => Ok(split),
     }
 }
 
@@ -215,6 +215,27 @@ impl Head {
         }
         line["done"] = json!(false);
         line
+    }
+}
+
+impl Head {
+    /// The buffered reply's object for `answer` (before its `done` fields): an answer that
+    /// is calls (even calls the budget cut) has no text, since its markup is not text.
+    fn reply(&self, answer: &Answer, show_thinking: bool) -> Value {
+        let text = match answer.calls {
+            Some(_) => "",
+            None => answer.text.as_str(),
+        };
+        let reasoning = answer.reasoning.as_deref().filter(|_| show_thinking);
+        let mut body = self.line(text, reasoning);
+        if let Some(calls) = answer.calls.as_ref().filter(|c| !c.is_empty()) {
+            body["message"]["tool_calls"] = json!(calls
+                .iter()
+                .enumerate()
+                .map(|(k, c)| call_json(c, k))
+                .collect::<Vec<_>>());
+        }
+        body
     }
 }
 
@@ -289,6 +310,8 @@ struct Lines {
     calls: usize,
     /// Logprobs of tokens not yet on a line, when asked for.
     logprobs: Option<Vec<Value>>,
+    /// `think: false` leaves the reasoning out.
+    show_thinking: bool,
 }
 
 impl Lines {
@@ -297,7 +320,7 @@ impl Lines {
         for piece in pieces {
             match piece {
                 AnswerPiece::Text(t) if !t.is_empty() => out.push(self.head.line(&t, None)),
-                AnswerPiece::Reasoning(r) if !r.is_empty() => {
+                AnswerPiece::Reasoning(r) if !r.is_empty() && self.show_thinking => {
                     out.push(self.head.line("", Some(&r)))
                 }
                 AnswerPiece::Text(_) | AnswerPiece::Reasoning(_) => {}
@@ -308,6 +331,10 @@ impl Lines {
                 AnswerPiece::Arguments(a) => {
                     if let Some((_, args)) = &mut self.call {
                         args.push_str(&a);
+                        // Sent as soon as its arguments are a whole object.
+                        if args.trim_end().ends_with('}') {
+                            out.extend(self.close_call());
+                        }
                     }
                 }
             }
@@ -315,11 +342,12 @@ impl Lines {
         out
     }
 
-    /// The call being written, as a line, if its arguments are a whole JSON object (a call
-    /// cut off by the budget is not one, and is not sent).
+    /// The call being written, as a line, once its arguments are a whole JSON object (then
+    /// it is done with; a call cut off by the budget never is one, and is not sent).
     fn close_call(&mut self) -> Option<Value> {
+        let (_, arguments) = self.call.as_ref()?;
+        serde_json::from_str::<Map<String, Value>>(arguments).ok()?;
         let (name, arguments) = self.call.take()?;
-        serde_json::from_str::<Map<String, Value>>(&arguments).ok()?;
         let mut line = self.head.line("", None);
         let call = ToolCall { name, arguments };
         line["message"]["tool_calls"] = json!([call_json(&call, self.calls)]);
@@ -402,6 +430,7 @@ mod tests {
             call: None,
             calls: 0,
             logprobs: None,
+            show_thinking: true,
         }
     }
 
@@ -410,16 +439,17 @@ mod tests {
         let mut l = lines();
         let call = |name: &str| AnswerPiece::CallStart(name.into());
         let args = |a: &str| AnswerPiece::Arguments(a.into());
-        let mut out = l.lines(vec![
-            call("get_weather"),
-            args("{\"city\": "),
-            args("\"Rome\"}"),
-        ]);
+        let mut out = l.lines(vec![call("get_weather"), args("{\"city\": ")]);
         assert!(out.is_empty(), "a call is sent whole: {out:?}");
+        // `}` inside a string does not close it.
+        out.extend(l.lines(vec![args("\"Ro}")]));
+        assert!(out.is_empty(), "{out:?}");
+        out.extend(l.lines(vec![args("me\"}")]));
+        assert_eq!(out.len(), 1, "sent as soon as its arguments close");
         out.extend(l.lines(vec![call("get_weather"), args("{\"city\": \"Oslo\"}")]));
         out.extend(l.close_call());
         assert_eq!(out.len(), 2, "{out:?}");
-        for (k, (line, city)) in out.iter().zip(["Rome", "Oslo"]).enumerate() {
+        for (k, (line, city)) in out.iter().zip(["Ro}me", "Oslo"]).enumerate() {
             let c = &line["message"]["tool_calls"][0];
             assert_eq!(c["function"]["arguments"], json!({"city": city}), "{line}");
             assert_eq!(c["function"]["index"], k);
@@ -429,5 +459,31 @@ mod tests {
         // Cut off by the budget: no line.
         l.lines(vec![call("get_weather"), args("{\"city\": ")]);
         assert_eq!(l.close_call(), None);
+    }
+
+    #[test]
+    fn a_buffered_reply_of_calls_has_no_markup_as_text() {
+        let l = lines();
+        let tools = Tools {
+            tools: vec![Tool {
+                name: "get_weather".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+            }],
+            choice: ToolChoice::Auto,
+            parallel: Parallel::ByDefault,
+        };
+        let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+        let read = |t: &str| Answer::read(t, Some(&tools), ToolFormat::Hermes, None);
+        let body = l.head.reply(&read(text), true);
+        assert_eq!(body["message"]["content"], "", "{body}");
+        let call = &body["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["arguments"], json!({"city": "Rome"}));
+        // Cut before its object closed: neither a call nor text.
+        let cut = l.head.reply(&read(&text[..30]), true);
+        assert_eq!(cut["message"]["content"], "", "{cut}");
+        assert!(cut["message"].get("tool_calls").is_none(), "{cut}");
+        let plain = l.head.reply(&read("Sunny."), true);
+        assert_eq!(plain["message"]["content"], "Sunny.");
     }
 }

@@ -13,9 +13,10 @@
 //! true (a newline is penalized like any token), `num_gpu` 0 or -1 and `main_gpu` 0 (there
 //! is no GPU: everything runs on the CPU), `low_vram` false, `f16_kv` true (the KV cache is
 //! f16), `use_mmap` true, `use_mlock` false, `numa` false, `vocab_only` false, `logits_all`
-//! false, `embedding_only` false. Refused whatever the value, since the server decides
-//! them at start: `num_thread` (`--threads`), `num_batch` (the scheduler's chunk),
-//! `num_keep` (a prompt longer than the context is refused, not cut).
+//! false, `embedding_only` false; `mirostat_eta` and `mirostat_tau` at any value (they tune
+//! a sampler that is off). Refused whatever the value, since the server decides them at
+//! start: `num_thread` (`--threads`), `num_batch` (the scheduler's chunk), `num_keep` (a
+//! prompt longer than the context is refused, not cut).
 
 use ferrox_engine::sampler::SamplingParams;
 use serde_json::Value;
@@ -62,9 +63,11 @@ const SERVER_SET: &[(&str, &str)] = &[
         "num_keep",
         "a prompt longer than the context is refused, never cut",
     ),
-    ("mirostat_eta", "mirostat is not implemented"),
-    ("mirostat_tau", "mirostat is not implemented"),
 ];
+
+/// Options with no effect once `mirostat` is 0 (the only value taken): their values are
+/// accepted, as UIs send the defaults of all three together.
+const MIROSTAT_TUNING: &[&str] = &["mirostat_eta", "mirostat_tau"];
 
 #[derive(Debug, Clone, Copy)]
 enum Fixed {
@@ -113,6 +116,9 @@ pub fn parse(value: Option<Value>) -> Result<Options, ApiError> {
                 ));
             }
         }
+    }
+    for name in MIROSTAT_TUNING {
+        o.accept(name);
     }
     for (name, instead) in SERVER_SET {
         if o.take_raw(name).is_some() {
@@ -199,7 +205,7 @@ mod tests {
             "temperature": 0.5, "top_k": 7, "top_p": 0.9, "min_p": 0.1,
             "repeat_penalty": 1.2, "repeat_last_n": -1, "presence_penalty": 0.3,
             "frequency_penalty": 0.4, "seed": 42, "stop": ["\n\n"], "num_predict": 9,
-            "num_ctx": 512, "mirostat": 0, "num_gpu": -1, "f16_kv": true,
+            "num_ctx": 512, "mirostat": 0, "num_gpu": -1, "f16_kv": true, "mirostat_eta": 0.1,
         })))
         .unwrap();
         let s = &o.sampling;

@@ -5,14 +5,15 @@
 //! Choices where Ollama's API is loose:
 //! - `stream` is true unless sent false, as in Ollama;
 //! - a tool result (`role: "tool"`) answers the call its `tool_call_id` names, else the
-//!   oldest unanswered call (of the tool its `tool_name` names, when given): Ollama's calls
-//!   carry no ids, LangChain's do;
+//!   oldest unanswered call of the tool its `tool_name` names, else the oldest unanswered
+//!   call: Ollama's calls carry no ids, LangChain's do, and some clients drop them;
 //! - an assistant turn's `thinking` is accepted and not shown to the model again (the
 //!   templates of thinking models drop past reasoning too);
 //! - `images` must be absent or empty: no loaded model can see;
-//! - `think: true` needs a thinking model; `think: false` a model that can answer without
-//!   thinking (ours always think when their template says so); levels (`"high"`) are for
-//!   gpt-oss, which is not served yet: each is a 400 naming `think`.
+//! - `think: true` needs a thinking model whose reasoning is split (not with tools or a
+//!   format); `think: false` on a model that always thinks leaves the reasoning out of the
+//!   reply; levels (`"high"`) are for gpt-oss, which is not served yet: a 400 naming
+//!   `think`.
 
 use std::collections::VecDeque;
 
@@ -87,12 +88,6 @@ pub fn chat(body: Value) -> Result<Request, ApiError> {
     // Ollama has no tool_choice: the model may answer or call, and call several.
     let tools = Tools::checked(tools, ToolChoice::Auto, Parallel::ByDefault, "tools")?;
     let mut options = common(&mut f)?;
-    if tools.is_some() && options.grammar.is_some() {
-        return Err(ApiError::invalid(
-            "format",
-            "format cannot be combined with tools",
-        ));
-    }
     options.tools = tools;
     let (think, logprobs) = think_and_logprobs(&mut f, &mut options)?;
     f.finish()?;
@@ -374,14 +369,23 @@ fn messages(items: Vec<Value>) -> Result<Vec<ChatMessage>, ApiError> {
             "tool" => {
                 let id: Option<String> = m.take("tool_call_id")?;
                 let name: Option<String> = m.take("tool_name")?;
-                let at = match (&id, &name) {
-                    (Some(id), _) => pending.iter().position(|(p, _)| p == id),
-                    (None, Some(name)) => pending.iter().position(|(_, n)| n == name),
-                    (None, None) => (!pending.is_empty()).then_some(0),
+                // By id, else by tool name, else the oldest: clients that strip the calls'
+                // ids still send results in order.
+                let by_id = id
+                    .as_ref()
+                    .and_then(|id| pending.iter().position(|(p, _)| p == id));
+                let by_name = || {
+                    name.as_ref()
+                        .and_then(|name| pending.iter().position(|(_, n)| n == name))
                 };
+                let at = by_id
+                    .or_else(by_name)
+                    .or_else(|| (!pending.is_empty()).then_some(0));
                 let answered = at.and_then(|at| pending.remove(at));
-                let call_id = id
-                    .or_else(|| answered.as_ref().map(|(id, _)| id.clone()))
+                let call_id = answered
+                    .as_ref()
+                    .map(|(id, _)| id.clone())
+                    .or(id)
                     .unwrap_or_else(|| format!("call_{i}"));
                 let mut result = ChatMessage::tool_result(call_id, content);
                 result.name = name.or(answered.map(|(_, n)| n));
@@ -462,7 +466,7 @@ mod tests {
                     {"function": {"name": "weather", "arguments": {"city": "Rome"}}},
                     {"function": {"name": "time", "arguments": "{\"tz\": \"CET\"}"}},
                 ]},
-                {"role": "tool", "content": "12:00", "tool_name": "time"},
+                {"role": "tool", "content": "12:00", "tool_name": "time", "tool_call_id": "lost"},
                 {"role": "tool", "content": "sunny"},
             ],
         }))

@@ -1,7 +1,9 @@
 //! `/api/pull`: a model by name, as `ollama pull` fetches one. A name this server already
 //! serves is done at once (`{"status": "success"}`); an `OWNER/REPO[:QUANT]` name is fetched
 //! from the hub (`ferrox_hub`: resumable, checked against the hub's SHA-256, shards joined)
-//! into the model cache and registered under that name, so the next request can use it. The
+//! into the model cache and registered under that name, so the next request can use it.
+//! The registration lasts until the server stops (the file stays in the cache: serve it
+//! with `-m`, or pull again, which finds it there and fetches nothing). The
 //! download runs on the blocking pool; streamed (the default), its progress comes as Ollama's
 //! objects — `pulling manifest`, `pulling <digest>` with `digest`, `total` and `completed`,
 //! `verifying sha256 digest`, `success` — and a failure as an `{"error"}` line.
@@ -108,20 +110,25 @@ fn progress(p: &Progress) -> Value {
     }
 }
 
-/// A failed pull as a request error: a name the hub cannot resolve is the client's (400);
-/// a transfer that failed is ours (500, its message saying what).
+/// A failed pull as a request error: a name the hub cannot resolve (no such repository, a
+/// gated one, no such quantization) is the client's (400); a transfer that failed is ours
+/// (500, its message saying what).
 fn hub_error(e: HubError) -> ApiError {
-    match e {
+    let refused = match &e {
         HubError::BadName { .. }
         | HubError::NoGguf { .. }
         | HubError::NoSuchQuant { .. }
         | HubError::Ambiguous { .. }
         | HubError::Incomplete { .. }
-        | HubError::Unverifiable { .. } => ApiError::invalid("model", e.to_string()),
-        HubError::Http { .. } | HubError::Checksum { .. } | HubError::Io(_) | HubError::Join(_) => {
-            ApiError::Internal {
-                message: format!("pulling failed: {e}"),
-            }
-        }
+        | HubError::Unverifiable { .. } => true,
+        // The listing's "404: no such repository", "401: … gated …".
+        HubError::Http { detail, .. } => detail.starts_with('4'),
+        HubError::Checksum { .. } | HubError::Io(_) | HubError::Join(_) => false,
+    };
+    match refused {
+        true => ApiError::invalid("model", e.to_string()),
+        false => ApiError::Internal {
+            message: format!("pulling failed: {e}"),
+        },
     }
 }

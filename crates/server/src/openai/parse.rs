@@ -90,12 +90,6 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
     }
     options.logprobs = logprobs.then_some(top.unwrap_or(0));
     f.finish()?;
-    if tools.is_some() && options.grammar.is_some() {
-        return Err(ApiError::invalid(
-            "response_format",
-            "response_format cannot be combined with tools",
-        ));
-    }
     options.tools = tools;
     Ok(ChatRequest {
         messages,
@@ -375,22 +369,27 @@ pub fn parse_messages(value: Option<Value>) -> Result<Vec<ChatMessage>, ApiError
 /// assistant's `tool_calls`, a tool result's `tool_call_id`.
 fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
     let mut m = Fields::nested(value, path)?;
-    m.refuse_unsupported(&["name", "function_call", "refusal", "audio"])?;
+    m.refuse_unsupported(&["function_call", "refusal", "audio"])?;
+    // The participant's name (LangGraph names its agents' messages): the template gets it.
+    let name: Option<String> = m.take("name")?;
     let role = m.take_raw("role");
     if role.as_ref().is_some_and(|r| r == "tool") {
         let id: String = m.require("tool_call_id")?;
         m.map_insert("role", json!("user"));
         let result = message_fields(&mut m, &["text"])?;
         m.finish()?;
-        return Ok(ChatMessage::tool_result(id, result.content));
+        let mut message = ChatMessage::tool_result(id, result.content);
+        message.name = name;
+        return Ok(message);
     }
     if let Some(role) = role {
         m.map_insert("role", role);
     }
     let tool_calls = m.take_raw("tool_calls");
     let Some(tool_calls) = tool_calls else {
-        let message = message_fields(&mut m, &["text"])?;
+        let mut message = message_fields(&mut m, &["text"])?;
         m.finish()?;
+        message.name = name;
         return Ok(message);
     };
     // An assistant turn that called tools: its text (if any) and its calls.
@@ -432,6 +431,7 @@ fn parse_message(value: Value, path: &str) -> Result<ChatMessage, ApiError> {
             .push(ChatToolCall::from_text(id, name, arguments));
     }
     m.finish()?;
+    message.name = name;
     Ok(message)
 }
 

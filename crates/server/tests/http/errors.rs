@@ -368,41 +368,62 @@ async fn an_unknown_parameter_is_named_on_every_route() {
 
 /// Browser attacks on a loopback server: a cross-site "simple" POST (a form, text) gets 415
 /// on every JSON route, and a `Host` that is not loopback or allowed (DNS rebinding) gets 403
-/// before any route runs; each in the route's shape, and nothing is generated.
+/// before any route runs; each in the route's shape, and nothing is generated. The same body
+/// from a client that is no browser (no `Origin`: `curl -d`) is read as JSON.
 #[tokio::test]
 async fn cross_site_posts_and_rebound_hosts_are_refused() {
+    use tower::ServiceExt;
     let s = server().await;
-    let body = Bytes::from(r#"{"prompt": "x", "max_tokens": 2}"#);
+    let app = ferrox_server::app(s.state.clone());
+    let body = r#"{"prompt": "x", "max_tokens": 2}"#;
+    let post = |route: &str, ct: &str, origin: Option<&str>| {
+        let mut req = axum::http::Request::builder()
+            .method("POST")
+            .uri(route)
+            .header("host", "127.0.0.1")
+            .header("content-type", ct);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        app.clone()
+            .oneshot(req.body(axum::body::Body::from(body)).unwrap())
+    };
     for ct in [
         "text/plain",
         "application/x-www-form-urlencoded",
         "multipart/form-data",
     ] {
-        for route in ["/v1/completions", "/v1/messages", "/completion"] {
-            let r = s
-                .endpoint
-                .send(Method::POST, route, Some((body.clone(), ct)))
-                .await
-                .unwrap();
-            assert_eq!(r.status, 415, "{route} {ct}");
-            let v = r.json().await.unwrap();
+        for route in [
+            "/v1/completions",
+            "/v1/messages",
+            "/completion",
+            "/api/generate",
+        ] {
+            let r = post(route, ct, Some("https://evil.example")).await.unwrap();
+            assert_eq!(r.status(), 415, "{route} {ct}");
+            let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+            let v: Value = serde_json::from_slice(&bytes).unwrap();
             let code = v["error"]["code"].clone();
+            let ollama = v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Content-Type"));
             assert!(
-                code == "unsupported_media_type" || code == 415,
+                code == "unsupported_media_type" || code == 415 || ollama,
                 "{route}: {v}"
             );
+            // No Origin: not a browser; the body is JSON whatever its label says.
+            let r = post(route, ct, None).await.unwrap();
+            assert_ne!(r.status(), 415, "{route} {ct} without Origin");
         }
     }
-    let ok = s
-        .endpoint
-        .send(
-            Method::POST,
-            "/v1/completions",
-            Some((body.clone(), "application/json; charset=utf-8")),
-        )
-        .await
-        .unwrap();
-    assert_eq!(ok.status, 200);
+    let ok = post(
+        "/v1/completions",
+        "application/json; charset=utf-8",
+        Some("http://x"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.status(), 200);
 
     let policy = HostPolicy::Only(vec!["ferrox.lan".into()]);
     for (host, allowed) in [

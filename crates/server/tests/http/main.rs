@@ -21,3 +21,4 @@ mod structured;
 mod tls;
 mod tool_families;
 mod tools;
+mod typed_answer;

@@ -47,7 +47,7 @@ Call functions by writing a JSON object with the name and arguments inside <tool
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif %}"#;
 
-const LLAMA3: &str = r#"{{- bos_token }}<|start_header_id|>system<|end_header_id|>
+pub const LLAMA3: &str = r#"{{- bos_token }}<|start_header_id|>system<|end_header_id|>
 
 {% if messages[0].role == 'system' %}{{ messages[0].content }}{% endif %}
 {%- if tools %}
@@ -177,7 +177,7 @@ fn each_family_reads_the_calls_its_template_wrote_as_the_same_calls() {
     }
 }
 
-async fn server(template: &str) -> TestServer {
+pub async fn server(template: &str) -> TestServer {
     let spec = SyntheticSpec {
         context_length: 2048,
         chat_template: Some(template.into()),

@@ -206,10 +206,6 @@ async fn what_cannot_be_honoured_is_refused_by_name() {
             "tools[0].function.name",
         ),
         (
-            ask(json!({"response_format": {"type": "json_object"}})),
-            "response_format",
-        ),
-        (
             ask(json!({"tools": [], "tool_choice": "required"})),
             "tool_choice",
         ),

@@ -53,12 +53,6 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
         ..GenerationOptions::default()
     };
     let (grammar, text_format) = text_format(&mut f)?;
-    if grammar.is_some() && tools.is_some() {
-        return Err(ApiError::invalid(
-            "text.format",
-            "a JSON text format cannot be combined with tools",
-        ));
-    }
     let options = GenerationOptions {
         grammar,
         tools,
