@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Python client tests: the official `openai` (chat, completions, responses), `anthropic`
-# (messages) and `ollama` SDKs and LangChain's `ChatOllama` against a live `ferrox serve`
-# with the default model. Builds the binary (dev profile, which is optimized), installs the
+# (messages) and `ollama` SDKs, LangChain's `ChatOllama`, and the agent frameworks
+# (test_agents.py: LangChain, LiteLLM, Instructor, the Agents SDK, pydantic-ai, `llm`)
+# against a live `ferrox serve` with the default model. Builds the binary (dev profile, which is optimized), installs the
 # client libraries and `pytest` if missing, starts the server on a free loopback port,
 # waits for /health, runs tests/python, then stops the server with SIGTERM and checks that
 # it exits 0 (graceful shutdown). The exit status is the tests'.
@@ -17,6 +18,10 @@ python3 -c "import anthropic" 2>/dev/null || pip_install anthropic
 python3 -c "import prometheus_client" 2>/dev/null || pip_install prometheus_client
 python3 -c "import ollama" 2>/dev/null || pip_install ollama
 python3 -c "import langchain_ollama" 2>/dev/null || pip_install langchain-ollama
+# What agent frameworks send (test_agents.py), through the libraries themselves.
+python3 -c "import langchain_openai, langchain_anthropic, litellm, instructor, agents, pydantic_ai, llm" \
+    2>/dev/null || pip_install langchain-openai langchain-anthropic litellm instructor \
+    openai-agents "pydantic-ai-slim[openai]" llm
 python3 -c "import pytest" 2>/dev/null || pip_install pytest || echo "pytest unavailable; running the tests as a plain script"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -29,6 +29,7 @@ use serde_json::Value;
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::core::error::ApiError;
+use crate::core::schema_rules;
 
 /// What a request constrains its output to.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,10 +116,10 @@ impl Grammars {
 /// The JSON layout: one line, `", "` between items and `": "` after keys, no other
 /// whitespace (a schema's own `x-guidance` options win). Free whitespace would let a small
 /// model pad its output with newlines until the budget runs out, a known failure of
-/// whitespace-flexible JSON grammars. And objects closed as llama.cpp's grammars close
-/// them ([`close_objects`]).
+/// whitespace-flexible JSON grammars. And llama.cpp's rules for what a schema leaves open
+/// (`core/schema_rules.rs`).
 pub(crate) fn with_layout(mut schema: Value) -> Value {
-    close_objects(&mut schema);
+    schema_rules::apply(&mut schema);
     if let Some(obj) = schema.as_object_mut() {
         obj.entry("x-guidance").or_insert_with(|| {
             serde_json::json!({
@@ -129,46 +130,6 @@ pub(crate) fn with_layout(mut schema: Value) -> Value {
         });
     }
     schema
-}
-
-/// An object schema that lists `properties` and says nothing of `additionalProperties`
-/// takes no other properties, as in llama.cpp's schema grammars (and so Ollama's and
-/// llama-server's): the schemas clients send — a pydantic model's, a tool's parameters —
-/// rarely say `additionalProperties: false`, and a small model left free to add properties
-/// writes them until its budget runs out. Walks every place a schema holds schemas.
-fn close_objects(schema: &mut Value) {
-    let Some(obj) = schema.as_object_mut() else {
-        return;
-    };
-    if obj.get("properties").is_some_and(Value::is_object)
-        && !obj.contains_key("additionalProperties")
-    {
-        obj.insert("additionalProperties".into(), Value::Bool(false));
-    }
-    for (key, value) in obj.iter_mut() {
-        match key.as_str() {
-            // Maps of name → schema.
-            "properties" | "patternProperties" | "$defs" | "definitions" => {
-                if let Some(map) = value.as_object_mut() {
-                    map.values_mut().for_each(close_objects);
-                }
-            }
-            // Lists of schemas.
-            "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
-                if let Some(list) = value.as_array_mut() {
-                    list.iter_mut().for_each(close_objects);
-                }
-            }
-            // One schema (or, for an old-style `items`, a list).
-            "items" | "additionalProperties" | "not" | "if" | "then" | "else" | "contains" => {
-                match value {
-                    Value::Array(list) => list.iter_mut().for_each(close_objects),
-                    other => close_objects(other),
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 /// A compiled grammar; each row starts from a deep copy.
@@ -265,39 +226,6 @@ mod tests {
     use super::*;
     use ferrox_engine::synthetic::{self, SyntheticSpec};
     use ferrox_engine::Arch;
-    use serde_json::json;
-
-    #[test]
-    fn objects_with_properties_are_closed_unless_they_say_otherwise() {
-        let mut s = json!({
-            "type": "object",
-            "properties": {
-                "a": {"type": "object", "properties": {"x": {"type": "integer"}}},
-                "properties": {"type": "object", "additionalProperties": true,
-                               "properties": {"y": {}}},
-                "list": {"type": "array", "items": {"properties": {"z": {}}}},
-            },
-            "$defs": {"D": {"anyOf": [{"properties": {"w": {}}}, {"type": "string"}]}},
-        });
-        close_objects(&mut s);
-        assert_eq!(s["additionalProperties"], false);
-        assert_eq!(s["properties"]["a"]["additionalProperties"], false);
-        assert_eq!(s["properties"]["properties"]["additionalProperties"], true);
-        assert_eq!(
-            s["properties"]["list"]["items"]["additionalProperties"],
-            false
-        );
-        assert_eq!(s["$defs"]["D"]["anyOf"][0]["additionalProperties"], false);
-        // The properties map itself is not a schema: no key added to it.
-        assert!(s["properties"].get("additionalProperties").is_none());
-        let mut any = json!({"type": "object"});
-        close_objects(&mut any);
-        assert!(
-            any.get("additionalProperties").is_none(),
-            "no properties: any object"
-        );
-    }
-
     /// The synthetic vocabulary has no `▁` token, so SentencePiece spells a lone space with
     /// the byte tokens of `▁`: llguidance must get tokens that spell a space instead.
     #[test]

@@ -9,6 +9,8 @@
 //!   scheduler request per choice, their merged events, how each choice ended;
 //! - [`grammar`]: a JSON schema, grammar or regex compiled into the scheduler's per-row
 //!   constraint (llguidance), failing closed; [`gbnf`] translates llama.cpp's grammars for it;
+//!   [`schema_rules`] settles what a client's schema leaves open as llama.cpp does (closed
+//!   objects, bounded numbers);
 //! - [`tools`]: tool calling's types — the tools offered, the calls made; [`tool_syntax`]:
 //!   each model family's call syntax, its grammar, and reading calls back;
 //!   [`conversation`]: the conversation as the model's template takes it (calls and results
@@ -32,6 +34,7 @@ pub mod grammar;
 pub mod ids;
 pub mod reasoning;
 pub mod request;
+pub mod schema_rules;
 pub mod served;
 pub mod stream;
 pub mod tool_syntax;

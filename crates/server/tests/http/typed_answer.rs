@@ -227,3 +227,27 @@ async fn a_family_whose_calls_begin_like_the_answer_is_refused_by_name() {
     let (status, v) = s.post("/v1/chat/completions", string_answer).await;
     assert_eq!(status, 200, "{v}");
 }
+
+/// A schema's integer with no bounds, written by a random model that picks among the
+/// allowed tokens near uniformly (a digit after a digit most of the time): every answer ends
+/// with its number at most 16 digits long, as llama.cpp bounds it, and validates.
+#[tokio::test]
+async fn unbounded_integers_end_within_sixteen_digits() {
+    let s = TestServer::start(state()).await;
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+                        "required": ["n"]});
+    let mut longest = 0;
+    for seed in 0..24 {
+        let body = json!({"messages": [{"role": "user", "content": "a number"}],
+            "max_tokens": 120, "temperature": 1.0, "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}});
+        let (status, v) = s.post("/v1/chat/completions", body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let n: Value = serde_json::from_str(text).unwrap();
+        let digits = n["n"].to_string().trim_start_matches('-').len();
+        longest = longest.max(digits);
+    }
+    assert!(longest <= 16, "{longest} digits");
+}
