@@ -19,8 +19,8 @@ python3 -c "import prometheus_client" 2>/dev/null || pip_install prometheus_clie
 python3 -c "import ollama" 2>/dev/null || pip_install ollama
 python3 -c "import langchain_ollama" 2>/dev/null || pip_install langchain-ollama
 # What agent frameworks send (test_agents.py), through the libraries themselves.
-python3 -c "import langchain_openai, langchain_anthropic, litellm, instructor, agents, pydantic_ai, llm" \
-    2>/dev/null || pip_install langchain-openai langchain-anthropic litellm instructor \
+python3 -c "import langchain_openai, langchain_anthropic, langgraph, litellm, instructor, agents, pydantic_ai, llm" \
+    2>/dev/null || pip_install langchain-openai langchain-anthropic langgraph litellm instructor \
     openai-agents "pydantic-ai-slim[openai]" llm
 python3 -c "import pytest" 2>/dev/null || pip_install pytest || echo "pytest unavailable; running the tests as a plain script"
 

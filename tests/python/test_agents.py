@@ -1,6 +1,6 @@
 """What agent frameworks and client libraries send, through the libraries themselves:
 LangChain (ChatOpenAI, ChatAnthropic, OpenAIEmbeddings, messages with names as LangGraph
-writes them), LiteLLM, Instructor, the OpenAI Agents SDK, pydantic-ai and the `llm` CLI,
+writes them), LangGraph's prebuilt agent, LiteLLM, Instructor, the OpenAI Agents SDK, pydantic-ai and the `llm` CLI,
 against `ferrox serve` with the default model (run by scripts/client-tests.sh).
 
 The default model is a tiny base model that decides badly: where a library runs an agent
@@ -98,6 +98,21 @@ def test_langchain_structured_output_with_and_without_tools():
         Weather.model_validate(reply.tool_calls[0]["args"])
     else:
         Colour.model_validate_json(reply.content)
+
+
+def test_langgraph_react_agent_with_a_name_and_a_typed_answer():
+    from langgraph.errors import GraphRecursionError
+    from langgraph.prebuilt import create_react_agent
+
+    # A named agent (its messages carry `name`) with a typed final answer.
+    agent = create_react_agent(chat_openai(max_tokens=60), tools=[get_weather],
+                               response_format=Colour, name="colour_agent")
+    try:
+        state = agent.invoke({"messages": [("user", "Pick a colour.")]},
+                             {"recursion_limit": 6})
+        assert isinstance(state["structured_response"], Colour)
+    except GraphRecursionError:
+        pass  # the tiny model called the tool every step: each call was served and valid
 
 
 def test_langchain_anthropic_structured_output_and_forced_tool():
