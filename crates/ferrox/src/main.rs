@@ -6,6 +6,7 @@ mod bench_model;
 mod bench_reuse;
 mod bench_route;
 mod bench_serve;
+mod chat;
 mod inspect;
 mod ps;
 mod pull;
@@ -41,6 +42,9 @@ enum Cmd {
     Tokenize(inspect::TokenizeArgs),
     /// Generate a raw completion for a prompt.
     Run(run::RunArgs),
+    /// Chat in the terminal, as `ollama run` does: in this process, or with a running server
+    /// (--url).
+    Chat(chat::ChatArgs),
     /// Serve the model over HTTP: OpenAI (chat, completions, responses), Anthropic messages,
     /// llama.cpp native routes.
     Serve(Box<serve::ServeArgs>),
@@ -108,6 +112,7 @@ fn main() {
         }) => bench_model::bench_model(args),
         Cmd::Bench(BenchCmd { sub: None, args }) => bench::bench(args),
         Cmd::Serve(args) => serve::serve(*args),
+        Cmd::Chat(args) => chat::chat(args),
         Cmd::Run(args) => run::run(args),
         Cmd::Ps(args) => ps::ps(args),
     };

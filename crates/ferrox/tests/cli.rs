@@ -322,3 +322,36 @@ fn ferrox_isa_is_honoured_or_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("FERROX_ISA=avx512"), "{err}");
 }
+
+/// `ferrox chat MODEL` without a server: it serves the model in its own process and chats
+/// with it; a message gets an answer of the budget `/set` gave, and `/bye` leaves with 0.
+#[test]
+fn chat_serves_the_model_in_process() {
+    use std::io::Write;
+    let Some(model) = model() else { return };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(["chat", &model, "--verbose", "-t", "2"])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ferrox starts");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"/set max_tokens 5\n/set temperature 0\nHello\n/bye\n")
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("chatting with gemma-3-270m"), "{stdout}");
+    assert!(
+        stdout.contains("eval count:           5 token(s)"),
+        "{stdout}"
+    );
+}
