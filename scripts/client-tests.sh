@@ -18,6 +18,7 @@ python3 -c "import anthropic" 2>/dev/null || pip_install anthropic
 python3 -c "import prometheus_client" 2>/dev/null || pip_install prometheus_client
 python3 -c "import ollama" 2>/dev/null || pip_install ollama
 python3 -c "import langchain_ollama" 2>/dev/null || pip_install langchain-ollama
+python3 -c "import selenium" 2>/dev/null || pip_install selenium  # the chat page, test_webui.py
 # What agent frameworks send (test_agents.py), through the libraries themselves.
 python3 -c "import langchain_openai, langchain_anthropic, langgraph, litellm, instructor, agents, pydantic_ai, llm" \
     2>/dev/null || pip_install langchain-openai langchain-anthropic langgraph litellm instructor \

@@ -120,6 +120,9 @@ pub struct ServeArgs {
     /// Serve /metrics without a key even when keys are set (for a Prometheus scraper).
     #[arg(long, env = "FERROX_METRICS_PUBLIC")]
     pub metrics_public: bool,
+    /// Do not serve the chat page at `/`.
+    #[arg(long, env = "FERROX_NO_WEBUI")]
+    pub no_webui: bool,
     /// Origins browsers may call from, exactly (`http://localhost:3000`, comma-separated;
     /// `*`: any). Default: no CORS headers.
     #[arg(long, env = "FERROX_CORS_ORIGINS", value_delimiter = ',')]
@@ -313,6 +316,7 @@ impl ServeArgs {
             // `/api/pull` reads HF_ENDPOINT and stores into the model cache.
             hub_endpoint: None,
             pull_dir: None,
+            webui: !self.no_webui,
         })
     }
 }

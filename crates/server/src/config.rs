@@ -60,6 +60,8 @@ pub struct ServerConfig {
     pub hub_endpoint: Option<String>,
     /// Where pulled models go: `None` is the model cache (`~/.cache/ferrox/models`).
     pub pull_dir: Option<std::path::PathBuf>,
+    /// Serve the chat page at `/` (`--no-webui` turns it off).
+    pub webui: bool,
 }
 
 /// The Responses API store's default caps (`openai/responses/store.rs`): 1,024 responses, 64 MiB.
@@ -104,6 +106,7 @@ impl Default for ServerConfig {
             reasoning: true,
             hub_endpoint: None,
             pull_dir: None,
+            webui: true,
         }
     }
 }

@@ -23,7 +23,7 @@
 //! names it answers), [`state`], [`models`] (the registry of every
 //! model: load on demand, hot swap, unload), [`routes`] (the router, each protocol's
 //! routes in its error shape), [`server`] (sockets, connection timeouts and graceful shutdown),
-//! [`tls`] (HTTPS on rustls), [`client`] (a small
+//! [`tls`] (HTTPS on rustls), [`webui`] (the chat page at `/`), [`client`] (a small
 //! HTTP client for the load benchmark and the tests).
 //!
 //! `docs/API.md` lists every route and parameter, and what is refused and how.
@@ -41,6 +41,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod tls;
+pub mod webui;
 
 pub use crate::core::error::ApiError;
 pub use crate::core::served::ServedModel;

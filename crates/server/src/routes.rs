@@ -16,7 +16,8 @@
 //! `/metrics`) live here, in OpenAI's shape, as do unknown routes.
 //!
 //! With API keys configured every group is guarded (`http/auth.rs`) except the public list:
-//! `/health` (a load balancer's probe) and, with `--metrics-public`, `/metrics`. A new route
+//! `/health` (a load balancer's probe), the chat page `/` (`webui`; what it calls is
+//! guarded) and, with `--metrics-public`, `/metrics`. A new route
 //! joins a guarded group, so it is guarded too; unknown routes check the key before saying
 //! 404. CORS (`--cors-origins`) answers preflights before any route runs, after the `Host`
 //! check.
@@ -50,7 +51,10 @@ pub fn app(state: AppState) -> Router {
     let guard = |routes: Router<AppState>| {
         routes.route_layer(middleware::from_fn_with_state(state.clone(), require_key))
     };
-    let public = Router::new().route("/health", get(health));
+    let mut public = Router::new().route("/health", get(health));
+    if state.config.webui {
+        public = public.route("/", get(crate::webui::page));
+    }
     let metrics = Router::new().route("/metrics", get(metrics));
     let metrics = if state.config.metrics_public {
         metrics

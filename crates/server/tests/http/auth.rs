@@ -18,6 +18,7 @@ use crate::common::{synthetic_state, tiny};
 /// [`every_route_is_classified`].
 const ROUTES: &[(&str, &str, &str, bool)] = &[
     ("GET", "/health", "/health", true),
+    ("GET", "/", "/", true),
     ("GET", "/metrics", "/metrics", false),
     ("GET", "/v1/models", "/v1/models", false),
     ("GET", "/v1/models/x", "/v1/models/:id", false),

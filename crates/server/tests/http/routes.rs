@@ -260,3 +260,43 @@ async fn gateway_metrics_follow_the_load() {
     assert!(text.contains(&geometry), "no {geometry} in\n{text}");
     drop(streams);
 }
+
+/// The chat page is served at `/` as HTML that loads nothing from elsewhere, and
+/// `--no-webui` takes it away.
+#[tokio::test]
+async fn the_chat_page_is_at_the_root_unless_turned_off() {
+    let get_root = |state: AppState| async move {
+        app(state)
+            .oneshot(
+                Request::get("/")
+                    .header("host", "127.0.0.1")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap()
+    };
+    let r = get_root(state()).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("default-src 'self'"), "{csp}");
+    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    let page = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(page.contains("/v1/chat/completions"));
+    for fetch in ["<script src", "<link", "@import", "url("] {
+        assert!(!page.contains(fetch), "the page fetches nothing: {fetch}");
+    }
+    let off = ServerConfig {
+        webui: false,
+        ..ServerConfig::default()
+    };
+    let r = get_root(synthetic_state(&tiny(), SchedulerConfig::default(), off)).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}

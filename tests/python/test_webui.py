@@ -1,0 +1,121 @@
+"""The chat page at `/` in a real browser: Debian's headless Chromium driven by Selenium
+through Debian's chromedriver (both named explicitly, so Selenium's manager neither
+downloads a driver nor reports statistics: nothing here reaches outside). Run by
+scripts/client-tests.sh against `ferrox serve` (the default model, and the same file as
+`second`); a screenshot of the page goes to target/webui.png on every run.
+
+Checks: a message gets a streamed answer with its tokens/s; Stop ends a long answer and
+keeps what came; another model answers when picked; after a reload the conversation is
+still there; `regenerate` answers again.
+"""
+
+import os
+import shutil
+import sys
+
+import pytest
+
+ROOT = os.environ.get("FERROX_URL", "http://127.0.0.1:8080/v1").removesuffix("/v1")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    os.environ["SE_OFFLINE"] = "true"
+    os.environ["SE_AVOID_STATS"] = "true"
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1200,900"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def wait(driver, condition, timeout=120):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+
+
+def by_css(driver, css):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, css)
+
+
+def open_page(driver, max_tokens):
+    driver.get(ROOT + "/")
+    driver.execute_script(f"localStorage.setItem('ferrox.maxTokens', '\"{max_tokens}\"');"
+                          "localStorage.setItem('ferrox.temperature', '\"0\"');")
+    driver.get(ROOT + "/")
+    wait(driver, lambda d: len(by_css(d, "#model option")) >= 2)
+
+
+def send(driver, text):
+    box = by_css(driver, "#input")[0]
+    box.send_keys(text)
+    by_css(driver, "#send")[0].click()
+
+
+def answers(driver):
+    return by_css(driver, ".msg.assistant")
+
+
+def test_a_message_streams_an_answer_with_its_speed(browser):
+    open_page(browser, 24)
+    by_css(browser, "#new")[0].click()
+    send(browser, "Write about the sea.")
+    wait(browser, lambda d: "tok/s" in (by_css(d, ".msg.assistant .stats") or [None])[-1].text
+         if by_css(d, ".msg.assistant .stats") else False)
+    last = answers(browser)[-1]
+    assert last.find_element("css selector", ".body").text.strip()
+    os.makedirs("target", exist_ok=True)
+    browser.save_screenshot("target/webui.png")
+
+
+def test_stop_ends_a_long_answer_and_keeps_it(browser):
+    open_page(browser, 2000)
+    by_css(browser, "#new")[0].click()
+    send(browser, "Tell me a very long story.")
+    wait(browser, lambda d: len(answers(d)) == 1
+         and len(answers(d)[0].find_element("css selector", ".body").text) > 20)
+    by_css(browser, "#stop")[0].click()
+    wait(browser, lambda d: by_css(d, "#send")[0].is_enabled(), timeout=10)
+    stats = by_css(browser, ".msg.assistant .stats")[-1].text
+    assert stats == "stopped", stats
+    assert answers(browser)[-1].find_element("css selector", ".body").text.strip()
+
+
+def test_another_model_regenerate_and_reload(browser):
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, 12)
+    by_css(browser, "#new")[0].click()
+    Select(by_css(browser, "#model")[0]).select_by_value("second")
+    send(browser, "Name a colour.")
+    wait(browser, lambda d: by_css(d, ".msg.assistant .stats")
+         and "tok/s" in by_css(d, ".msg.assistant .stats")[-1].text)
+    assert answers(browser)[-1].find_element("css selector", ".who").text.startswith("second")
+    first = answers(browser)[-1].find_element("css selector", ".body").text
+    by_css(browser, ".regenerate")[0].click()
+    wait(browser, lambda d: len(answers(d)) == 1 and by_css(d, ".msg.assistant .stats")
+         and "tok/s" in by_css(d, ".msg.assistant .stats")[-1].text)
+    assert answers(browser)[-1].find_element("css selector", ".body").text == first  # greedy
+    browser.get(ROOT + "/")
+    wait(browser, lambda d: any(li.text.startswith("Name a colour.")
+                                for li in by_css(d, "#convs li")))
+    assert by_css(browser, ".msg.user")[0].text.endswith("Name a colour.")
+    assert len(answers(browser)) == 1
+
+
+if __name__ == "__main__":
+    if not shutil.which(CHROMIUM) or not shutil.which(CHROMEDRIVER):
+        sys.exit("chromium and chromedriver are needed (Debian: chromium chromium-driver)")
+    sys.exit(pytest.main([__file__, "-q"]))
