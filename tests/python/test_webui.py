@@ -5,8 +5,9 @@ scripts/client-tests.sh against `ferrox serve` (the default model, and the same 
 `second`); a screenshot of the page goes to target/webui.png on every run.
 
 Checks: a message gets a streamed answer with its tokens/s; Stop ends a long answer and
-keeps what came; another model answers when picked; after a reload the conversation is
-still there; `regenerate` answers again.
+keeps what came; another model answers when picked; `regenerate` answers again and keeps
+the earlier version as a branch; after a reload the conversation is still there; a server
+with `--api-key` has the page ask for the key, and then chat.
 """
 
 import os
@@ -18,6 +19,7 @@ import pytest
 ROOT = os.environ.get("FERROX_URL", "http://127.0.0.1:8080/v1").removesuffix("/v1")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+BIN = os.environ.get("FERROX_BIN", "target/debug/ferrox")
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +110,55 @@ def test_another_model_regenerate_and_reload(browser):
     wait(browser, lambda d: len(answers(d)) == 1 and by_css(d, ".msg.assistant .stats")
          and "tok/s" in by_css(d, ".msg.assistant .stats")[-1].text)
     assert answers(browser)[-1].find_element("css selector", ".body").text == first  # greedy
+    # The version before the regeneration is kept as a branch.
+    assert any(li.text.startswith("Name a colour. (earlier branch)")
+               for li in by_css(browser, "#convs li"))
     browser.get(ROOT + "/")
     wait(browser, lambda d: any(li.text.startswith("Name a colour.")
                                 for li in by_css(d, "#convs li")))
     assert by_css(browser, ".msg.user")[0].text.endswith("Name a colour.")
     assert len(answers(browser)) == 1
+
+
+def test_a_server_with_a_key_is_asked_for_it(browser):
+    """A server started with --api-key: the page's first call gets a 401, the page asks for
+    the key, keeps it, and chats."""
+    import socket
+    import subprocess
+    import time
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    model = subprocess.run([BIN, "pull"], capture_output=True, text=True, check=True).stdout.strip()
+    server = subprocess.Popen([BIN, "serve", "--port", str(port), "-m", model, "--api-key", "sk-page",
+                               "-t", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import urllib.request
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except Exception:
+                assert time.time() < deadline and server.poll() is None, "the keyed server did not start"
+                time.sleep(0.2)
+        base = f"http://127.0.0.1:{port}/"
+        browser.get(base + "health")  # the same origin, no script: its storage set first
+        browser.execute_script("localStorage.clear(); localStorage.setItem('ferrox.maxTokens', '\"8\"');")
+        browser.get(base)
+        alert = wait(browser, lambda d: d.switch_to.alert)
+        alert.send_keys("sk-page")
+        alert.accept()
+        wait(browser, lambda d: len(by_css(d, "#model option")) >= 1)
+        send(browser, "Hello")
+        wait(browser, lambda d: by_css(d, ".msg.assistant .stats")
+             and "tok/s" in by_css(d, ".msg.assistant .stats")[-1].text)
+        assert browser.execute_script("return localStorage.getItem('ferrox.apiKey')") == '"sk-page"'
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
 
 
 if __name__ == "__main__":
