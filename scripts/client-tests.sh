@@ -61,6 +61,9 @@ sys.exit("ferrox serve did not become healthy in 5 minutes")
 PY
 
 export FERROX_URL="http://127.0.0.1:$port/v1"
+# Nothing may reach outside: LiteLLM reads its model price list from its own package instead
+# of fetching it, Selenium never looks for drivers or reports statistics.
+export LITELLM_LOCAL_MODEL_COST_MAP=True SE_OFFLINE=true SE_AVOID_STATS=true
 status=0
 results=$(mktemp)
 if python3 -c "import pytest" 2>/dev/null; then

@@ -120,6 +120,27 @@ def test_another_model_regenerate_and_reload(browser):
     assert len(answers(browser)) == 1
 
 
+def test_markdown_shows_code_as_written_and_escapes_html(browser):
+    open_page(browser, 8)
+    samples = [
+        'x = "a # b"  # it\'s a comment\nprint(x, 3.5, class_)',
+        "fn main() { let s = \"<b>\"; } // <script>alert(1)</script>",
+    ]
+    for code in samples:
+        shown = browser.execute_script(
+            "const d = document.createElement('div');"
+            "d.innerHTML = markdown('```py\\n' + arguments[0] + '\\n```');"
+            "return [d.textContent, d.querySelectorAll('span').length, d.querySelectorAll('script, b').length];",
+            code)
+        assert shown[0] == code + "\n", shown
+        assert shown[1] > 0 and shown[2] == 0, shown
+    text = browser.execute_script(
+        "const d = document.createElement('div');"
+        "d.innerHTML = markdown('**bold** <img src=x onerror=alert(1)> [a](javascript:alert(1))');"
+        "return [d.querySelectorAll('img, a').length, d.textContent];")
+    assert text[0] == 0, text
+
+
 def test_a_server_with_a_key_is_asked_for_it(browser):
     """A server started with --api-key: the page's first call gets a 401, the page asks for
     the key, keeps it, and chats."""

@@ -69,6 +69,7 @@ async fn run(args: ChatArgs) -> Result<(), String> {
     };
     let mut chat = Chat {
         endpoint,
+        interrupts: Interrupts::new()?,
         model,
         system: args.system.clone(),
         history: Vec::new(),
@@ -121,6 +122,9 @@ async fn first_model(endpoint: &Endpoint) -> Result<String, String> {
 
 struct Chat {
     endpoint: Endpoint,
+    /// Ctrl-C, for the whole session: a signal that comes while nothing waits for it is
+    /// kept for the next wait instead of lost.
+    interrupts: Interrupts,
     model: String,
     system: Option<String>,
     /// The conversation so far, as chat messages.
@@ -148,7 +152,7 @@ impl Chat {
             say(">>> ").await;
             let line = tokio::select! {
                 line = lines.next_line() => line.map_err(|e| e.to_string())?,
-                _ = tokio::signal::ctrl_c() => {
+                _ = self.interrupts.next() => {
                     say("\nUse Ctrl + d or /bye to exit.\n").await;
                     continue;
                 }
@@ -157,15 +161,16 @@ impl Chat {
                 say("\n").await;
                 return Ok(());
             };
-            let text = match line.trim_start().strip_prefix("\"\"\"") {
-                Some(first) => read_block(first, &mut lines).await?,
-                None => line,
+            let (text, block) = match line.trim_start().strip_prefix("\"\"\"") {
+                Some(first) => (read_block(first, &mut lines).await?, true),
+                None => (line, false),
             };
             let trimmed = text.trim();
             if trimmed.is_empty() {
                 continue;
             }
-            if trimmed.starts_with('/') {
+            // A block is a message even when it begins with `/` (a path, a comment).
+            if !block && trimmed.starts_with('/') {
                 if !self.command(trimmed).await {
                     return Ok(());
                 }
@@ -222,7 +227,7 @@ impl Chat {
 
     fn set(&mut self, rest: &str) -> String {
         let (key, value) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-        let number = |v: &str| v.trim().parse::<f64>().ok();
+        let number = |v: &str| v.trim().parse::<f64>().ok().filter(|x| x.is_finite());
         match (key, number(value)) {
             ("temperature" | "top_p", Some(x)) => {
                 self.settings.insert(key.into(), json!(x));
@@ -255,12 +260,23 @@ impl Chat {
             b.extend(settings.clone());
         }
         let started = Instant::now();
-        let response = match self.endpoint.post_json("/v1/chat/completions", &body).await {
+        self.interrupts.clear();
+        // The wait for the answer's start (the queue, the first turn's model load) can be
+        // interrupted too.
+        let sent = tokio::select! {
+            sent = self.endpoint.post_json("/v1/chat/completions", &body) => sent,
+            _ = self.interrupts.next() => {
+                say("\n").await;
+                return;
+            }
+        };
+        let response = match sent {
             Ok(r) if r.status == 200 => r,
             Ok(r) => {
+                let status = r.status;
                 let v = r.json().await.unwrap_or(Value::Null);
                 let message = v["error"]["message"].as_str().unwrap_or("no message");
-                say(&format!("error: {message}\n")).await;
+                say(&format!("error ({status}): {message}\n")).await;
                 return;
             }
             Err(e) => {
@@ -270,18 +286,22 @@ impl Chat {
         };
         let mut events = response.events();
         let (mut answer, mut first, mut usage) = (String::new(), None, Value::Null);
-        let stopped = loop {
+        let end = loop {
             let event = tokio::select! {
                 event = events.next_data() => event,
-                _ = tokio::signal::ctrl_c() => break true,
+                _ = self.interrupts.next() => break End::Stopped,
             };
             let data = match event {
                 Ok(Some(d)) if d != "[DONE]" => d,
-                _ => break false,
+                Ok(_) => break End::Done,
+                Err(e) => break End::Failed(e.to_string()),
             };
             let Ok(v) = serde_json::from_str::<Value>(&data) else {
                 continue;
             };
+            if let Some(message) = v["error"]["message"].as_str() {
+                break End::Failed(message.to_string());
+            }
             if let Some(piece) = v["choices"][0]["delta"]["content"].as_str() {
                 if !piece.is_empty() {
                     first.get_or_insert_with(Instant::now);
@@ -294,12 +314,50 @@ impl Chat {
             }
         };
         say("\n").await;
-        self.history.push(json!({"role": "user", "content": text}));
-        self.history
-            .push(json!({"role": "assistant", "content": answer}));
-        if self.verbose && !stopped {
-            say(&stats(started, first, &usage)).await;
+        match end {
+            // A failed answer stays out of the conversation.
+            End::Failed(message) => say(&format!("error: {message}\n")).await,
+            End::Done | End::Stopped => {
+                self.history.push(json!({"role": "user", "content": text}));
+                self.history
+                    .push(json!({"role": "assistant", "content": answer}));
+                if self.verbose && matches!(end, End::Done) {
+                    say(&stats(started, first, &usage)).await;
+                }
+            }
         }
+    }
+}
+
+/// How an answer's stream ended.
+enum End {
+    Done,
+    /// Ctrl-C: what came is kept.
+    Stopped,
+    Failed(String),
+}
+
+/// Ctrl-C as a stream of its own for the whole session (the first listener also keeps it
+/// from ending the process).
+struct Interrupts(tokio::signal::unix::Signal);
+
+impl Interrupts {
+    fn new() -> Result<Interrupts, String> {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map(Interrupts)
+            .map_err(|e| format!("cannot listen for Ctrl-C: {e}"))
+    }
+
+    async fn next(&mut self) {
+        self.0.recv().await;
+    }
+
+    /// Forgets a Ctrl-C that came while nothing was running (at the prompt it was told
+    /// how to leave; it must not stop the next answer).
+    fn clear(&mut self) {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        while let std::task::Poll::Ready(Some(())) = self.0.poll_recv(&mut cx) {}
     }
 }
 
@@ -308,7 +366,7 @@ async fn read_block(
     first: &str,
     lines: &mut tokio::io::Lines<BufReader<tokio::io::Stdin>>,
 ) -> Result<String, String> {
-    if let Some(whole) = first.strip_suffix("\"\"\"") {
+    if let Some(whole) = first.trim_end().strip_suffix("\"\"\"") {
         return Ok(whole.to_string());
     }
     let mut text = first.to_string();
@@ -317,7 +375,7 @@ async fn read_block(
         let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
             return Ok(text);
         };
-        let (part, done) = match line.strip_suffix("\"\"\"") {
+        let (part, done) = match line.trim_end().strip_suffix("\"\"\"") {
             Some(part) => (part, true),
             None => (line.as_str(), false),
         };
