@@ -405,18 +405,11 @@ impl Encoder for Lines {
 mod tests {
     use super::*;
     use crate::core::tool_syntax::ToolFormat;
-    use crate::core::tools::{Parallel, Tool, ToolChoice, Tools};
+    use crate::core::tools::tests::weather_tools;
+    use crate::core::tools::{Parallel, ToolChoice};
 
     fn lines() -> Lines {
-        let tools = Tools {
-            tools: vec![Tool {
-                name: "get_weather".into(),
-                description: None,
-                parameters: json!({"type": "object"}),
-            }],
-            choice: ToolChoice::Auto,
-            parallel: Parallel::ByDefault,
-        };
+        let tools = weather_tools(ToolChoice::Auto, Parallel::ByDefault);
         Lines {
             head: Head {
                 route: Route::Chat,
@@ -464,15 +457,7 @@ mod tests {
     #[test]
     fn a_buffered_reply_of_calls_has_no_markup_as_text() {
         let l = lines();
-        let tools = Tools {
-            tools: vec![Tool {
-                name: "get_weather".into(),
-                description: None,
-                parameters: json!({"type": "object"}),
-            }],
-            choice: ToolChoice::Auto,
-            parallel: Parallel::ByDefault,
-        };
+        let tools = weather_tools(ToolChoice::Auto, Parallel::ByDefault);
         let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
         let read = |t: &str| Answer::read(t, Some(&tools), ToolFormat::Hermes, None);
         let body = l.head.reply(&read(text), true);
