@@ -6,7 +6,8 @@
 # (the machine's speed drifts between rounds; a ratio within one round does not). Each adapter is compared with its twin:
 # Anthropic's `messages` and OpenAI's `responses` with `chat` (all three render the same chat
 # template, greedy, so they generate the same tokens), llama.cpp's `completion` with OpenAI's
-# `completions` (raw prompts, ignore_eos: exactly MAX_TOKENS each).
+# `completions` (raw prompts, ignore_eos: exactly MAX_TOKENS each), Ollama's `ollama` chat with
+# `chat` (the same template and tokens, an NDJSON stream).
 #
 #   scripts/bench-routes.sh   # ROUNDS=3 N=16 MAX_TOKENS=128 THREADS=2 ROUTES="chat messages ..."
 set -euo pipefail
@@ -19,23 +20,25 @@ MAX_TOKENS=${MAX_TOKENS:-128}
 THREADS=${THREADS:-2}
 PORT=${PORT:-18095}
 OUT=${OUT:-$(mktemp -d)}
-read -ra ROUTES <<<"${ROUTES:-chat messages responses completions completion}"
+read -ra ROUTES <<<"${ROUTES:-chat messages responses ollama completions completion}"
 
 build_ferrox
 serve_ferrox "$PORT" "$THREADS" "$OUT/server.log"
+# Ollama's API names the model: the served one.
+MODEL=$(python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))["data"][0]["id"])' "http://127.0.0.1:$PORT/v1/models")
 
 # One discarded pass first: the server's first full batches touch fresh KV and activation
 # memory and run slower, whichever route they come through.
 for route in "${ROUTES[@]}"; do
     "$FERROX" bench serve --url "http://127.0.0.1:$PORT" -n "$N" --route "$route" \
-        --max-tokens "$MAX_TOKENS" --json >/dev/null
+        --model "$MODEL" --max-tokens "$MAX_TOKENS" --json >/dev/null
 done
 
 for round in $(seq 1 "$ROUNDS"); do
     k=$(( (round - 1) % ${#ROUTES[@]} ))
     for route in "${ROUTES[@]:k}" "${ROUTES[@]:0:k}"; do
         "$FERROX" bench serve --url "http://127.0.0.1:$PORT" -n "$N" --route "$route" \
-            --max-tokens "$MAX_TOKENS" --json >"$OUT/$route.$round.json"
+            --model "$MODEL" --max-tokens "$MAX_TOKENS" --json >"$OUT/$route.$round.json"
         echo "round $round $route: $(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print(round(l["output_tok_per_s"],1), "tok/s,", l["output_tokens"], "tokens")' "$OUT/$route.$round.json")"
     done
 done
@@ -46,7 +49,7 @@ out, rounds, routes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 levels = {r: [json.load(open(f"{out}/{r}.{i}.json"))["levels"][0] for i in range(1, rounds + 1)]
           for r in routes}
 tps = {r: [l["output_tok_per_s"] for l in ls] for r, ls in levels.items()}
-twin = {"messages": "chat", "responses": "chat", "completion": "completions"}
+twin = {"messages": "chat", "responses": "chat", "ollama": "chat", "completion": "completions"}
 print(f"{'route':<12} {'tok/s':>8} {'tokens':>7}  per-round ratio to its twin (median)")
 for r in routes:
     toks = statistics.median(l["output_tokens"] for l in levels[r])

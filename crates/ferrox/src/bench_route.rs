@@ -7,7 +7,8 @@
 //! they generate the same tokens and compare like for like; so do the two raw-prompt routes
 //! (`completions`, `completion`), which also send `ignore_eos` (every request generates
 //! exactly `max_tokens`). Anthropic's and the Responses API have no `ignore_eos`; chat
-//! leaves it out too, to stay comparable with them.
+//! leaves it out too, to stay comparable with them. Ollama's chat is chat-shaped too; its
+//! stream is NDJSON and its request needs the model's name.
 
 use serde_json::{json, Value};
 
@@ -24,6 +25,8 @@ pub enum Route {
     Responses,
     /// llama.cpp `/completion`.
     Completion,
+    /// Ollama `/api/chat` (NDJSON; needs `--model`).
+    Ollama,
 }
 
 /// The usage a stream reported: prompt tokens (if it says) and output tokens.
@@ -41,12 +44,21 @@ impl Route {
             Route::Messages => "/v1/messages",
             Route::Responses => "/v1/responses",
             Route::Completion => "/completion",
+            Route::Ollama => "/api/chat",
         }
+    }
+
+    /// Whether the stream is NDJSON (Ollama's) rather than server-sent events.
+    pub fn ndjson(self) -> bool {
+        self == Route::Ollama
     }
 
     /// Whether the route renders a chat (else the text is the raw prompt).
     pub fn is_chat(self) -> bool {
-        matches!(self, Route::Chat | Route::Messages | Route::Responses)
+        matches!(
+            self,
+            Route::Chat | Route::Messages | Route::Responses | Route::Ollama
+        )
     }
 
     /// A greedy streaming request: `messages` for a chat route (a raw route gets the user
@@ -90,9 +102,14 @@ impl Route {
             Route::Completion => json!({
                 "prompt": prompt(), "n_predict": max_tokens, "ignore_eos": true,
             }),
+            Route::Ollama => json!({
+                "messages": messages, "options": {"num_predict": max_tokens, "temperature": 0},
+            }),
         };
         body["stream"] = json!(true);
-        body["temperature"] = json!(0);
+        if self != Route::Ollama {
+            body["temperature"] = json!(0);
+        }
         if let Some(schema) = schema {
             match self {
                 Route::Completions | Route::Chat => {
@@ -104,6 +121,7 @@ impl Route {
                                                      "schema": schema}});
                 }
                 Route::Completion => body["json_schema"] = schema.clone(),
+                Route::Ollama => body["format"] = schema.clone(),
                 Route::Messages => {} // refused by `BenchServeArgs::check`
             }
         }
@@ -129,6 +147,7 @@ impl Route {
                 .then(|| event["delta"].as_str())
                 .flatten(),
             Route::Completion => event["content"].as_str(),
+            Route::Ollama => event["message"]["content"].as_str(),
         }
     }
 
@@ -163,6 +182,13 @@ impl Route {
                 Some(StreamUsage {
                     prompt_tokens: count(&event["tokens_evaluated"]),
                     output_tokens: count(&event["tokens_predicted"])?,
+                })
+            }
+            Route::Ollama => {
+                (event["done"] == true).then_some(())?;
+                Some(StreamUsage {
+                    prompt_tokens: count(&event["prompt_eval_count"]),
+                    output_tokens: count(&event["eval_count"])?,
                 })
             }
         }
@@ -217,5 +243,28 @@ mod tests {
         );
         assert_eq!(body["system"], "s");
         assert_eq!(body["messages"].as_array().unwrap().len(), 1);
+        let line = json!({"message": {"role": "assistant", "content": "Hi"}, "done": false});
+        assert_eq!(Route::Ollama.text(&line), Some("Hi"));
+        assert_eq!(Route::Ollama.usage(&line), None);
+        let done = json!({"message": {"content": ""}, "done": true, "prompt_eval_count": 6,
+                          "eval_count": 8});
+        assert_eq!(
+            Route::Ollama.usage(&done),
+            Some(StreamUsage {
+                prompt_tokens: Some(6),
+                output_tokens: 8
+            })
+        );
+        let body = Route::Ollama.body(
+            &[json!({"role": "user", "content": "u"})],
+            8,
+            Some("m"),
+            None,
+        );
+        assert_eq!(
+            (&body["model"], &body["options"]["num_predict"]),
+            (&json!("m"), &json!(8))
+        );
+        assert!(Route::Ollama.ndjson() && !Route::Chat.ndjson());
     }
 }

@@ -137,12 +137,15 @@ impl BenchServeArgs {
         if self.schema.is_some() && self.route() == Route::Messages {
             return Err("--schema does not apply to --route messages".into());
         }
+        if self.route() == Route::Ollama && self.model.is_none() {
+            return Err("--route ollama needs --model: Ollama's API names the model".into());
+        }
         if let Some(p) = &self.schema {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
             serde_json::from_str::<Value>(&text).map_err(|e| format!("{}: {e}", p.display()))?;
         }
         if self.scenario != Scenario::Load && !self.route().is_chat() {
-            return Err("the conversation and shared-prefix scenarios send chats: use                         --route chat, messages or responses"
+            return Err("the conversation and shared-prefix scenarios send chats: use                         --route chat, messages, responses or ollama"
                 .into());
         }
         if self.scenario == Scenario::Conversation {
@@ -391,12 +394,12 @@ async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming,
         let text = response.text().await.unwrap_or_default();
         return Err(format!("HTTP {status}: {text}"));
     }
-    let mut events = response.events();
+    let mut chunks = Chunks::of(response, request.route);
     let mut timing = RequestTiming::default();
     let mut last: Option<Instant> = None;
     let mut chunks_with_text = 0;
     let mut usage_tokens = None;
-    while let Some(data) = events.next_data().await.map_err(|e| e.to_string())? {
+    while let Some(data) = chunks.next().await? {
         if data == "[DONE]" {
             break;
         }
@@ -423,6 +426,29 @@ async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming,
     }
     timing.output_tokens = usage_tokens.unwrap_or(chunks_with_text);
     Ok(timing)
+}
+
+/// A stream's chunks as JSON texts: server-sent events' data, or NDJSON lines.
+enum Chunks {
+    Events(ferrox_server::client::EventReader),
+    Lines(ferrox_server::client::LineReader),
+}
+
+impl Chunks {
+    fn of(response: ferrox_server::client::Response, route: Route) -> Chunks {
+        match route.ndjson() {
+            true => Chunks::Lines(response.lines()),
+            false => Chunks::Events(response.events()),
+        }
+    }
+
+    async fn next(&mut self) -> Result<Option<String>, String> {
+        let next = match self {
+            Chunks::Events(e) => e.next_data().await,
+            Chunks::Lines(l) => l.next_line().await,
+        };
+        next.map_err(|e| e.to_string())
+    }
 }
 
 /// The percentile `p` (0..=100) of `xs` in milliseconds, interpolated linearly between the

@@ -183,6 +183,53 @@ impl Response {
             _conn: self._conn,
         }
     }
+
+    /// Reads the body as newline-delimited JSON (Ollama's streams), one line at a time.
+    pub fn lines(self) -> LineReader {
+        LineReader {
+            body: self.body,
+            buf: Vec::new(),
+            _conn: self._conn,
+        }
+    }
+}
+
+/// The lines of a response body (NDJSON), one at a time; empty lines are skipped.
+#[derive(Debug)]
+pub struct LineReader {
+    body: Incoming,
+    buf: Vec<u8>,
+    _conn: ConnectionTask,
+}
+
+impl LineReader {
+    /// The next line, without its end; `None` at the end of the body (a last line without a
+    /// newline is still a line).
+    pub async fn next_line(&mut self) -> Result<Option<String>, ClientError> {
+        loop {
+            if let Some(at) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=at).collect();
+                let line = String::from_utf8(line).map_err(|_| ClientError::Utf8)?;
+                match line.trim_end() {
+                    "" => continue,
+                    text => return Ok(Some(text.to_string())),
+                }
+            }
+            match self.body.frame().await {
+                Some(frame) => {
+                    if let Ok(data) = frame?.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                None if self.buf.iter().all(u8::is_ascii_whitespace) => return Ok(None),
+                None => {
+                    let rest = String::from_utf8(std::mem::take(&mut self.buf))
+                        .map_err(|_| ClientError::Utf8)?;
+                    return Ok(Some(rest.trim_end().to_string()));
+                }
+            }
+        }
+    }
 }
 
 /// One server-sent event.
