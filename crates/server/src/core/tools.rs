@@ -18,7 +18,7 @@
 use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
-use crate::http::params::Fields;
+use crate::http::params::{kind, Fields};
 
 /// A function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +30,22 @@ pub struct Tool {
 }
 
 impl Tool {
+    /// A `tools` list of function tools ([`Tool::from_function`] each); absent is none.
+    pub fn from_functions(value: Option<Value>) -> Result<Vec<Tool>, ApiError> {
+        match value {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| Tool::from_function(t, &format!("tools[{i}]")))
+                .collect(),
+            Some(other) => Err(ApiError::invalid(
+                "tools",
+                format!("expected an array, got {}", kind(&other)),
+            )),
+        }
+    }
+
     /// A tool as OpenAI's chat API writes one, `{"type": "function", "function": {"name",
     /// "description", "parameters", "strict"}}` — the shape Hugging Face's templates take
     /// (`Tools::template_json` writes it back) and Ollama's API takes too. `path` names it

@@ -489,39 +489,15 @@ impl Registry {
     pub fn list(&self) -> Vec<ModelInfo> {
         let t = self.table();
         let now = Instant::now();
-        t.entries
-            .iter()
-            .map(|e| {
-                // Before the listing takes its own handle, which would make every model busy.
-                let busy = e.busy();
-                // An idle model the sweep has not seen yet went idle just now.
-                let expires_in = match e.keep_alive {
-                    KeepAlive::For(d) if e.evictable() => {
-                        let since = e.idle_since.unwrap_or(now);
-                        Some(d.saturating_sub(now.duration_since(since)))
-                    }
-                    _ => None,
-                };
-                let status = match (&e.serving, &e.loading, &e.failed) {
-                    (Some(_), _, _) => Status::Loaded,
-                    (None, Some(_), _) => Status::Loading,
-                    (None, None, Some(_)) => Status::Failed,
-                    (None, None, None) => Status::Unloaded,
-                };
-                ModelInfo {
-                    id: e.id.clone(),
-                    status,
-                    served: e.serving.clone(),
-                    reason: e.failed.clone(),
-                    memory_bytes: e.bytes,
-                    busy,
-                    keep_alive: e.keep_alive,
-                    expires_in,
-                    loads: e.loads,
-                    path: e.path.clone(),
-                }
-            })
-            .collect()
+        t.entries.iter().map(|e| info_of(e, now)).collect()
+    }
+
+    /// The listing of the model `name` names, resolved as a request's name is (Ollama's
+    /// `:latest` included); a 404 naming the models there are.
+    pub fn info(&self, name: &str) -> Result<ModelInfo, ApiError> {
+        let t = self.table();
+        let at = t.find(Some(name))?;
+        Ok(info_of(&t.entries[at], Instant::now()))
     }
 
     /// The versions serving now.
@@ -561,6 +537,38 @@ async fn wait(mut rx: watch::Receiver<Option<LoadResult>>) -> LoadResult {
         Err(_) => Err(ApiError::Internal {
             message: "a model load ended without a result".into(),
         }),
+    }
+}
+
+/// An entry as a listing shows it at `now`.
+fn info_of(e: &Entry<ServedModel>, now: Instant) -> ModelInfo {
+    // Before the listing takes its own handle, which would make every model busy.
+    let busy = e.busy();
+    // An idle model the sweep has not seen yet went idle just now.
+    let expires_in = match e.keep_alive {
+        KeepAlive::For(d) if e.evictable() => {
+            let since = e.idle_since.unwrap_or(now);
+            Some(d.saturating_sub(now.duration_since(since)))
+        }
+        _ => None,
+    };
+    let status = match (&e.serving, &e.loading, &e.failed) {
+        (Some(_), _, _) => Status::Loaded,
+        (None, Some(_), _) => Status::Loading,
+        (None, None, Some(_)) => Status::Failed,
+        (None, None, None) => Status::Unloaded,
+    };
+    ModelInfo {
+        id: e.id.clone(),
+        status,
+        served: e.serving.clone(),
+        reason: e.failed.clone(),
+        memory_bytes: e.bytes,
+        busy,
+        keep_alive: e.keep_alive,
+        expires_in,
+        loads: e.loads,
+        path: e.path.clone(),
     }
 }
 

@@ -78,7 +78,7 @@ pub async fn show(
     let verbose: bool = f.take("verbose")?.unwrap_or(false);
     f.take::<String>("system")?;
     f.finish()?;
-    let info = find(&state, &name)?;
+    let info = state.models.info(&name)?;
     let reasoning = state.config.reasoning;
     Ok(Json(
         blocking(move || describe(&info, verbose, reasoning)).await??,
@@ -96,23 +96,6 @@ pub async fn unsupported(uri: axum::http::Uri) -> ApiError {
     };
     ApiError::NotImplemented {
         message: format!("{} is not supported by this server: {what}", uri.path()),
-    }
-}
-
-/// The listing entry of `name` (a 404 naming the models there are).
-pub(super) fn find(state: &AppState, name: &str) -> Result<ModelInfo, ApiError> {
-    let models = state.models.list();
-    let base = name.strip_suffix(":latest");
-    let at = models
-        .iter()
-        .position(|m| m.id == name)
-        .or_else(|| models.iter().position(|m| Some(m.id.as_str()) == base));
-    match at {
-        Some(at) => Ok(models.into_iter().nth(at).expect("found")),
-        None => Err(ApiError::ModelNotFound {
-            model: name.to_string(),
-            available: models.into_iter().map(|m| m.id).collect(),
-        }),
     }
 }
 

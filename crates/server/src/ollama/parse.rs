@@ -71,20 +71,7 @@ pub fn chat(body: Value) -> Result<Request, ApiError> {
             ))
         }
     };
-    let tools = match f.take_raw("tools") {
-        None => Vec::new(),
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| Tool::from_function(t, &format!("tools[{i}]")))
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "tools",
-                format!("expected an array, got {}", kind(&other)),
-            ))
-        }
-    };
+    let tools = Tool::from_functions(f.take_raw("tools"))?;
     // Ollama has no tool_choice: the model may answer or call, and call several.
     let tools = Tools::checked(tools, ToolChoice::Auto, Parallel::ByDefault, "tools")?;
     let mut options = common(&mut f)?;

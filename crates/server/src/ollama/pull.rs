@@ -15,7 +15,6 @@ use ferrox_hub::{Hub, HubError, ModelRef, Progress};
 use futures_util::stream;
 use serde_json::{json, Value};
 
-use super::models::find;
 use super::parse;
 use crate::core::error::ApiError;
 use crate::http::ndjson::ndjson_response;
@@ -37,7 +36,7 @@ pub async fn pull(
     let stream: bool = f.take("stream")?.unwrap_or(true);
     f.finish()?;
     let done = json!({"status": "success"});
-    if find(&state, &name).is_ok() {
+    if state.models.info(&name).is_ok() {
         return Ok(match stream {
             true => ndjson_response(stream::iter([done])),
             false => Json(done).into_response(),

@@ -15,7 +15,7 @@ use crate::core::ids::random_id;
 use crate::core::reasoning::Thinking;
 use crate::core::tool_syntax::ToolFormat;
 use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
-use crate::http::params::{kind, Fields};
+use crate::http::params::Fields;
 
 /// `tools`, `tool_choice` and `parallel_tool_calls` (false unless sent, as in
 /// llama-server); `None` without tools or with `tool_choice: none`.
@@ -24,20 +24,7 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<Tools>, ApiError> {
         Some(true) => Parallel::Asked,
         _ => Parallel::Off,
     };
-    let tools = match f.take_raw("tools") {
-        None => Vec::new(),
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| Tool::from_function(t, &format!("tools[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "tools",
-                format!("expected an array, got {}", kind(&other)),
-            ))
-        }
-    };
+    let tools = Tool::from_functions(f.take_raw("tools"))?;
     let choice = tool_choice(f, !tools.is_empty(), |c| {
         let func = c.require_raw("function")?;
         let mut fc = Fields::nested(func, "tool_choice.function")?;
