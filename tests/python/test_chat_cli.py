@@ -62,6 +62,10 @@ def test_chat_streams_stops_on_ctrl_c_and_keeps_the_conversation():
     t.send("/set max_tokens 1000\n")
     t.expect("Set max_tokens")
     t.expect(">>> ")
+    # Greedy: this answer runs the whole budget (16 s here), so it is still streaming at the
+    # Ctrl-C; a sampled one could end at once.
+    t.send("/set temperature 0\n")
+    t.expect(">>> ")
     t.send("Tell me a very long story about the sea.\n")
     time.sleep(1.5)  # the answer is streaming
     t.send("\x03")  # Ctrl-C: the answer stops, the chat goes on
