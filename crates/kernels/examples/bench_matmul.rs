@@ -127,8 +127,8 @@ fn main() {
                 compute_bound(ty, 256, 640, n);
             }
         }
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-            for n in [1, 4, 16] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for n in [1, 4, 8, 16, 64] {
                 compute_bound(ty, 64, 2048, n);
             }
         }

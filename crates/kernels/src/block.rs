@@ -64,22 +64,62 @@ pub fn f32_to_f16(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
 }
 
-/// Which instruction set a kernel call may use. Holding `Isa::avx2()` is proof that the CPU
-/// has AVX2, FMA and F16C, so the dispatchers need no further check.
+/// Which instruction set a kernel call may use, and how it spells the int8 step.
+///
+/// Four spellings, each a superset of the one before: `scalar` (portable), `avx2` (AVX2 +
+/// FMA + F16C; `maddubs` + `madd` for four u8 × i8 products), `avxvnni` (the same with one
+/// 256-bit `vpdpbusd`), `avx512` (AVX-512 F/BW/VL/VNNI: 512-bit kernels where they exist,
+/// 16 weight rows per vector). Holding an `Isa` of a kind is proof that the CPU has its
+/// features, so the dispatchers need no further check. Every spelling gives the same bits for
+/// the quantized types (integer steps are exact; the float steps are the same operations in
+/// the same order), which the kernel tests check on every spelling the machine has
+/// ([`Isa::available`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Isa(IsaKind);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum IsaKind {
     Scalar,
     Avx2,
+    AvxVnni,
+    Avx512,
 }
 
-/// 0 = not probed yet, 1 = scalar only, 2 = AVX2+FMA+F16C.
+const KINDS: [IsaKind; 4] = [
+    IsaKind::Scalar,
+    IsaKind::Avx2,
+    IsaKind::AvxVnni,
+    IsaKind::Avx512,
+];
+
+/// Bit `k` set: the CPU has kind `KINDS[k]` (probed once; bit 7 = probed).
 static DETECTED: AtomicU8 = AtomicU8::new(0);
 
-/// The process's choice ([`Isa::best`]): 0 = not decided yet, 1 = scalar, 2 = AVX2.
+/// The process's choice ([`Isa::best`]): 0 = not decided yet, else 1 + index in `KINDS`.
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+fn detected() -> u8 {
+    let mut v = DETECTED.load(Ordering::Relaxed);
+    if v == 0 {
+        v = 0x80 | 1;
+        if cpu_has_avx2() {
+            v |= 2;
+            if cpu_has_avx_vnni() {
+                v |= 4;
+            }
+            if cpu_has_avx512() {
+                v |= 8;
+            }
+        }
+        DETECTED.store(v, Ordering::Relaxed);
+    }
+    v
+}
+
+fn have(kind: IsaKind) -> Option<Isa> {
+    let k = KINDS.iter().position(|&x| x == kind).expect("a kind");
+    (detected() & (1 << k) != 0).then_some(Isa(kind))
+}
 
 impl Isa {
     /// The portable reference kernels.
@@ -87,14 +127,29 @@ impl Isa {
         Isa(IsaKind::Scalar)
     }
 
-    /// The AVX2+FMA+F16C kernels, if this CPU has them.
+    /// The AVX2+FMA+F16C kernels (the int8 step as `maddubs` + `madd`), if this CPU has them.
     pub fn avx2() -> Option<Isa> {
-        let mut v = DETECTED.load(Ordering::Relaxed);
-        if v == 0 {
-            v = if cpu_has_avx2() { 2 } else { 1 };
-            DETECTED.store(v, Ordering::Relaxed);
-        }
-        (v == 2).then_some(Isa(IsaKind::Avx2))
+        have(IsaKind::Avx2)
+    }
+
+    /// The AVX2 kernels with AVX-VNNI's 256-bit `vpdpbusd`, if this CPU has it.
+    pub fn avx_vnni() -> Option<Isa> {
+        have(IsaKind::AvxVnni)
+    }
+
+    /// The AVX-512 kernels (F, BW, VL and VNNI), if this CPU has them.
+    pub fn avx512() -> Option<Isa> {
+        have(IsaKind::Avx512)
+    }
+
+    /// Every spelling this CPU runs, scalar first (tests compare them all).
+    pub fn available() -> Vec<Isa> {
+        KINDS.iter().filter_map(|&k| have(k)).collect()
+    }
+
+    /// The fastest spelling this CPU runs.
+    pub fn fastest() -> Isa {
+        *Isa::available().last().expect("scalar is always there")
     }
 
     /// The kernels this process runs: the fastest the CPU has, or the one `FERROX_ISA`
@@ -102,30 +157,40 @@ impl Isa {
     /// here, and [`Isa::configured`] is what refuses it, at start-up).
     pub fn best() -> Isa {
         match CHOSEN.load(Ordering::Relaxed) {
-            1 => Isa::scalar(),
-            2 => Isa(IsaKind::Avx2),
-            _ => {
-                let isa =
-                    Isa::configured().unwrap_or_else(|_| Isa::avx2().unwrap_or(Isa::scalar()));
-                CHOSEN.store(if isa.is_avx2() { 2 } else { 1 }, Ordering::Relaxed);
+            0 => {
+                let isa = Isa::configured().unwrap_or_else(|_| Isa::fastest());
+                let k = KINDS.iter().position(|&x| x == isa.0).expect("a kind");
+                CHOSEN.store(1 + k as u8, Ordering::Relaxed);
                 isa
             }
+            c => Isa(KINDS[c as usize - 1]),
         }
     }
 
-    /// What `FERROX_ISA` asks for (`scalar`, `avx2`; unset or empty: the fastest this CPU
-    /// runs), or why it cannot be had: an instruction set this CPU lacks, or one this build
-    /// has no kernels for. Commands check it at start-up and refuse to run on an error.
+    /// What `FERROX_ISA` asks for (`scalar`, `avx2`, `avxvnni`, `avx512`; unset or empty:
+    /// the fastest this CPU runs), or why it cannot be had: an instruction set this CPU lacks,
+    /// or a name this build has no kernels for. Commands check it at start-up and refuse to
+    /// run on an error.
     pub fn configured() -> Result<Isa, String> {
-        match std::env::var("FERROX_ISA").ok().as_deref() {
-            None | Some("") => Ok(Isa::avx2().unwrap_or(Isa::scalar())),
-            Some("scalar") => Ok(Isa::scalar()),
-            Some("avx2") => Isa::avx2()
-                .ok_or_else(|| "FERROX_ISA=avx2: this CPU lacks AVX2, FMA or F16C".to_string()),
-            Some(other) => Err(format!(
-                "FERROX_ISA={other}: this build has kernels for `scalar` and `avx2` only"
-            )),
-        }
+        let want = match std::env::var("FERROX_ISA").ok().as_deref() {
+            None | Some("") => return Ok(Isa::fastest()),
+            Some(name) => name.to_string(),
+        };
+        let Some(&kind) = KINDS.iter().find(|k| Isa(**k).name() == want) else {
+            return Err(format!(
+                "FERROX_ISA={want}: this build has kernels for `scalar`, `avx2`, `avxvnni` and \
+                 `avx512` only"
+            ));
+        };
+        have(kind).ok_or_else(|| {
+            let needs = match kind {
+                IsaKind::Scalar => "nothing",
+                IsaKind::Avx2 => "AVX2, FMA and F16C",
+                IsaKind::AvxVnni => "AVX2, FMA, F16C and AVX-VNNI",
+                IsaKind::Avx512 => "AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI",
+            };
+            format!("FERROX_ISA={want}: this CPU lacks {needs}")
+        })
     }
 
     /// The instruction set's name, as `FERROX_ISA` spells it.
@@ -133,12 +198,29 @@ impl Isa {
         match self.0 {
             IsaKind::Scalar => "scalar",
             IsaKind::Avx2 => "avx2",
+            IsaKind::AvxVnni => "avxvnni",
+            IsaKind::Avx512 => "avx512",
         }
     }
 
-    /// True for the AVX2 kernels.
+    /// True where the AVX2 kernels may run (every spelling but scalar).
     pub fn is_avx2(self) -> bool {
-        self.0 == IsaKind::Avx2
+        self.0 >= IsaKind::Avx2
+    }
+
+    /// True where the 256-bit int8 kernels may spell their step as AVX-VNNI's `vpdpbusd`:
+    /// the `avxvnni` spelling, and `avx512` on a CPU that also has AVX-VNNI.
+    pub fn vnni256(self) -> bool {
+        match self.0 {
+            IsaKind::AvxVnni => true,
+            IsaKind::Avx512 => detected() & 4 != 0,
+            _ => false,
+        }
+    }
+
+    /// True for the AVX-512 kernels.
+    pub fn is_avx512(self) -> bool {
+        self.0 == IsaKind::Avx512
     }
 }
 
@@ -149,8 +231,31 @@ fn cpu_has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx_vnni() -> bool {
+    is_x86_feature_detected!("avxvnni")
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn cpu_has_avx2() -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx_vnni() -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx512() -> bool {
     false
 }
 

@@ -9,13 +9,12 @@
 //! Q8_0 weight of −128 against a full activation; the unsigned formats are far below). So
 //! every lane holds the same exact integer either way, and every later float step is
 //! unchanged: results are bit-identical on either CPU (the kernel tests compare both with the
-//! scalar reference where the CPU has VNNI).
+//! scalar reference on every spelling the CPU has, `Isa::available`).
 //!
 //! Measured 2026-12-01 on this project's 2-vCPU Xeon (AVX-512 VNNI, AVX-VNNI): see
 //! docs/PERFORMANCE.md.
 
 use std::arch::x86_64::*;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How a kernel computes `acc + Σ₄ a·b` per i32 lane (`a` unsigned, `b` signed bytes).
 pub(crate) trait Dot4 {
@@ -50,25 +49,6 @@ impl Dot4 for Vnni {
     }
 }
 
-/// 0 = not probed yet, 1 = no, 2 = yes. `FERROX_NO_VNNI=1` forces the AVX2 spelling (to
-/// measure the two side by side).
-static VNNI: AtomicU8 = AtomicU8::new(0);
-
-/// Whether this CPU has AVX-VNNI (probed once).
-pub(crate) fn has_vnni() -> bool {
-    let mut v = VNNI.load(Ordering::Relaxed);
-    if v == 0 {
-        let off = std::env::var_os("FERROX_NO_VNNI").is_some_and(|s| s != "0");
-        v = if !off && is_x86_feature_detected!("avxvnni") {
-            2
-        } else {
-            1
-        };
-        VNNI.store(v, Ordering::Relaxed);
-    }
-    v == 2
-}
-
 /// Activation bytes `4k..4k+4` of a block, in every 32-bit lane (the lane-major kernels'
 /// activation operand; also the repacked head's). A function with the kernels' target
 /// features rather than a closure, which would not inherit them and would not be inlined.
@@ -77,4 +57,36 @@ pub(crate) fn has_vnni() -> bool {
 pub(crate) fn broadcast4(q: &[i8; 32], k: usize) -> __m256i {
     let b: &[i8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
     _mm256_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
+}
+
+/// 8x8 transpose of 32-bit words: word `i` of output `k` = word `k` of input `i`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
+    let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+    let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+    let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
+    let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
+    let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+    let u0 = _mm256_unpacklo_epi64(t0, t2);
+    let u1 = _mm256_unpackhi_epi64(t0, t2);
+    let u2 = _mm256_unpacklo_epi64(t1, t3);
+    let u3 = _mm256_unpackhi_epi64(t1, t3);
+    let u4 = _mm256_unpacklo_epi64(t4, t6);
+    let u5 = _mm256_unpackhi_epi64(t4, t6);
+    let u6 = _mm256_unpacklo_epi64(t5, t7);
+    let u7 = _mm256_unpackhi_epi64(t5, t7);
+    [
+        _mm256_permute2x128_si256(u0, u4, 0x20),
+        _mm256_permute2x128_si256(u1, u5, 0x20),
+        _mm256_permute2x128_si256(u2, u6, 0x20),
+        _mm256_permute2x128_si256(u3, u7, 0x20),
+        _mm256_permute2x128_si256(u0, u4, 0x31),
+        _mm256_permute2x128_si256(u1, u5, 0x31),
+        _mm256_permute2x128_si256(u2, u6, 0x31),
+        _mm256_permute2x128_si256(u3, u7, 0x31),
+    ]
 }

@@ -20,7 +20,8 @@
 use std::cell::RefCell;
 
 use crate::block::prefetch_ahead;
-use crate::dot4::{broadcast4, has_vnni, Dot4, Pairs, Vnni};
+use crate::block::Isa;
+use crate::dot4::{broadcast4, transpose8, Dot4, Pairs, Vnni};
 use crate::legacy::{BlockQ8x4, MTerm};
 use crate::legacy_avx2::LegacyAvx2;
 use crate::rows8::{Chunks, GROUP};
@@ -47,6 +48,8 @@ thread_local! {
 
 /// A row-major matrix of a 32-value format, multiplied through the lane-major path.
 pub(crate) struct Gemm8<'a, B> {
+    /// An AVX2 spelling (checked by `matmul::run_legacy`).
+    pub isa: Isa,
     pub blocks: &'a [B],
     pub bpr: usize,
     pub rows: usize,
@@ -72,7 +75,7 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm8<'_, B> {
         for x in (0..job.n()).map(|r| job.row(r)) {
             assert!(x.len() >= self.bpr.div_ceil(4), "activation row too short");
         }
-        let vnni = has_vnni();
+        let vnni = self.isa.vnni256();
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             let dec = &mut *scratch;
@@ -143,38 +146,6 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
             _mm256_storeu_ps(dec.m[j].as_mut_ptr(), m);
         }
     }
-}
-
-/// 8x8 transpose of 32-bit words: word `i` of output `k` = word `k` of input `i`.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
-    let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
-    let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
-    let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
-    let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-    let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
-    let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-    let u0 = _mm256_unpacklo_epi64(t0, t2);
-    let u1 = _mm256_unpackhi_epi64(t0, t2);
-    let u2 = _mm256_unpacklo_epi64(t1, t3);
-    let u3 = _mm256_unpackhi_epi64(t1, t3);
-    let u4 = _mm256_unpacklo_epi64(t4, t6);
-    let u5 = _mm256_unpackhi_epi64(t4, t6);
-    let u6 = _mm256_unpacklo_epi64(t5, t7);
-    let u7 = _mm256_unpackhi_epi64(t5, t7);
-    [
-        _mm256_permute2x128_si256(u0, u4, 0x20),
-        _mm256_permute2x128_si256(u1, u5, 0x20),
-        _mm256_permute2x128_si256(u2, u6, 0x20),
-        _mm256_permute2x128_si256(u3, u7, 0x20),
-        _mm256_permute2x128_si256(u0, u4, 0x31),
-        _mm256_permute2x128_si256(u1, u5, 0x31),
-        _mm256_permute2x128_si256(u2, u6, 0x31),
-        _mm256_permute2x128_si256(u3, u7, 0x31),
-    ]
 }
 
 /// The eight dots of a group (`chunks` and `d` per block column; `m` too when `B` has an m

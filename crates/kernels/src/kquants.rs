@@ -166,6 +166,9 @@ pub struct Decoded {
 /// What every K format provides; the scalar kernel and dequantizer are written once over it.
 pub trait KQuant: WeightBlock<Act = BlockQ8K> {
     const HAS_MIN: bool;
+    /// What [`Decoded::q`] is shifted by from the stored unsigned quant (Q3_K 4, Q6_K 32,
+    /// the formats with mins 0): `q + Q_OFFSET` is never negative.
+    const Q_OFFSET: i32;
     fn decode(&self) -> Decoded;
 }
 
@@ -442,6 +445,7 @@ impl BlockQ2K {
 }
 impl KQuant for BlockQ2K {
     const HAS_MIN: bool = true;
+    const Q_OFFSET: i32 = 0;
     fn decode(&self) -> Decoded {
         let mut dec = Decoded {
             q: [0; QK_K],
@@ -482,6 +486,7 @@ impl BlockQ3K {
 }
 impl KQuant for BlockQ3K {
     const HAS_MIN: bool = false;
+    const Q_OFFSET: i32 = 4;
     fn decode(&self) -> Decoded {
         let mut dec = Decoded {
             q: [0; QK_K],
@@ -540,6 +545,7 @@ impl BlockQ4K {
 }
 impl KQuant for BlockQ4K {
     const HAS_MIN: bool = true;
+    const Q_OFFSET: i32 = 0;
     fn decode(&self) -> Decoded {
         let mut dec = decode_scale_min_k4(&self.scales, self.d, self.dmin);
         for (e, q) in dec.q.iter_mut().enumerate() {
@@ -568,6 +574,7 @@ impl BlockQ5K {
 }
 impl KQuant for BlockQ5K {
     const HAS_MIN: bool = true;
+    const Q_OFFSET: i32 = 0;
     fn decode(&self) -> Decoded {
         let mut dec = decode_scale_min_k4(&self.scales, self.d, self.dmin);
         for (e, q) in dec.q.iter_mut().enumerate() {
@@ -613,6 +620,7 @@ impl BlockQ6K {
 }
 impl KQuant for BlockQ6K {
     const HAS_MIN: bool = false;
+    const Q_OFFSET: i32 = 32;
     fn decode(&self) -> Decoded {
         let mut dec = Decoded {
             q: [0; QK_K],

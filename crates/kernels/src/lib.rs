@@ -87,6 +87,8 @@ mod dot4;
 mod float;
 #[cfg(target_arch = "x86_64")]
 mod gemm8;
+#[cfg(target_arch = "x86_64")]
+mod kgemm;
 mod kquants;
 #[cfg(target_arch = "x86_64")]
 mod kquants_avx2;

@@ -142,11 +142,11 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
         GgmlType::Q5_1 => run_legacy::<BlockQ5_1>(isa, pool, w, x, n, out),
         GgmlType::Q8_0 => run_legacy::<BlockQ8_0>(isa, pool, w, x, n, out),
         GgmlType::Q8_1 => run_legacy::<BlockQ8_1>(isa, pool, w, x, n, out),
-        GgmlType::Q2_K => run::<BlockQ2K>(isa, pool, w, x, n, out),
-        GgmlType::Q3_K => run::<BlockQ3K>(isa, pool, w, x, n, out),
-        GgmlType::Q4_K => run::<BlockQ4K>(isa, pool, w, x, n, out),
-        GgmlType::Q5_K => run::<BlockQ5K>(isa, pool, w, x, n, out),
-        GgmlType::Q6_K => run::<BlockQ6K>(isa, pool, w, x, n, out),
+        GgmlType::Q2_K => run_k::<BlockQ2K>(isa, pool, w, x, n, out),
+        GgmlType::Q3_K => run_k::<BlockQ3K>(isa, pool, w, x, n, out),
+        GgmlType::Q4_K => run_k::<BlockQ4K>(isa, pool, w, x, n, out),
+        GgmlType::Q5_K => run_k::<BlockQ5K>(isa, pool, w, x, n, out),
+        GgmlType::Q6_K => run_k::<BlockQ6K>(isa, pool, w, x, n, out),
         GgmlType::Q8_K => panic!("q8_K is an activation format; no matmul with q8_K weights"),
     }
 }
@@ -167,6 +167,7 @@ fn run_legacy<B: crate::legacy_avx2::LegacyAvx2 + Sync>(
     if let (true, Input::Acts(acts)) = (isa.is_avx2() && n >= crate::gemm8::MIN_ROWS, &x) {
         let (units, upr) = acts.view::<BlockQ8x4>();
         let kernel = crate::gemm8::Gemm8::<B> {
+            isa,
             blocks: as_blocks(w.data),
             bpr: w.cols / B::ELEMS,
             rows: w.rows,
@@ -179,6 +180,45 @@ fn run_legacy<B: crate::legacy_avx2::LegacyAvx2 + Sync>(
 
 #[cfg(not(target_arch = "x86_64"))]
 fn run_legacy<B: WeightBlock>(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: Input,
+    n: usize,
+    out: &mut [f32],
+) where
+    B::Act: ActStorage,
+{
+    run::<B>(isa, pool, w, x, n, out)
+}
+
+/// A K format: from [`crate::kgemm::min_rows`] activation rows on, through the lane-major
+/// kernel (`kgemm`, same bits); else [`run`].
+#[cfg(target_arch = "x86_64")]
+fn run_k<B: crate::kgemm::KPack>(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: &QMatrix,
+    x: Input,
+    n: usize,
+    out: &mut [f32],
+) {
+    if let (true, Input::Acts(acts)) = (isa.is_avx2() && n >= crate::kgemm::min_rows(isa), &x) {
+        let (units, upr) = acts.view::<crate::BlockQ8K>();
+        let kernel = crate::kgemm::KGemm::<B> {
+            isa,
+            blocks: as_blocks(w.data),
+            bpr: w.cols / B::ELEMS,
+            rows: w.rows,
+            row_bytes: w.row_bytes(),
+        };
+        return run_kernel(pool, &kernel, units, upr, n, out);
+    }
+    run::<B>(isa, pool, w, x, n, out)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn run_k<B: WeightBlock>(
     isa: Isa,
     pool: &ThreadPool,
     w: &QMatrix,

@@ -231,7 +231,7 @@ impl RowKernel for Kernel<'_> {
             );
         }
         #[cfg(target_arch = "x86_64")]
-        let vnni = self.isa.is_avx2() && crate::dot4::has_vnni();
+        let vnni = self.isa.vnni256();
         for g in o0 / GROUP..o1.div_ceil(GROUP) {
             let cols = g * m.bpr..(g + 1) * m.bpr;
             let (chunks, scales) = (&m.chunks[cols.clone()], &m.scales[cols]);
@@ -245,7 +245,7 @@ impl RowKernel for Kernel<'_> {
             #[cfg(target_arch = "x86_64")]
             if self.isa.is_avx2() {
                 // SAFETY: an Avx2 `Isa` exists only if the CPU has AVX2, FMA and F16C (and
-                // the VNNI entry runs only where `has_vnni` found AVX-VNNI); every row covers
+                // the VNNI entry runs only where the `Isa` says the CPU has AVX-VNNI); every row covers
                 // every block column (checked above).
                 unsafe {
                     if vnni {

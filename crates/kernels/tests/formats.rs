@@ -219,7 +219,6 @@ fn every_weight_type_dot_products() {
 /// AVX2 paths' i16 `maddubs` could saturate if the bounds in their docs were wrong.
 #[test]
 fn extreme_blocks_match_scalar() {
-    let Some(avx2) = Isa::avx2() else { return };
     let mut rng = StdRng::seed_from_u64(3);
     let types = [
         GgmlType::Q4_0,
@@ -243,7 +242,10 @@ fn extreme_blocks_match_scalar() {
                 bytes.iter_mut().for_each(|b| *b = 0xFF);
             }
             fix_scales(ty, &mut bytes);
-            let x: Vec<f32> = (0..cols)
+            // Nine activation rows: the lane-major kernels (from eight rows) and the row-major
+            // ones both meet the extremes.
+            let n = 9;
+            let x: Vec<f32> = (0..n * cols)
                 .map(|i| {
                     if (i + rng.gen_range(0..2)) % 2 == 0 {
                         1.0
@@ -254,19 +256,24 @@ fn extreme_blocks_match_scalar() {
                 .collect();
             let w = QMatrix::new(ty, &bytes, 1, cols);
             let pool = ThreadPool::new(1);
-            let mut a = [0.0f32];
-            let mut b = [0.0f32];
-            matmul_isa(Isa::scalar(), &pool, &w, &x, 1, &mut a);
-            matmul_isa(avx2, &pool, &w, &x, 1, &mut b);
-            assert_eq!(
-                a[0].to_bits(),
-                b[0].to_bits(),
-                "{}: scalar {} avx2 {}",
-                ty.name(),
-                a[0],
-                b[0]
-            );
-            assert!(a[0].is_finite());
+            let mut a = vec![0.0f32; n];
+            matmul_isa(Isa::scalar(), &pool, &w, &x, n, &mut a);
+            for isa in Isa::available().into_iter().skip(1) {
+                for rows in [1, n] {
+                    let mut b = vec![0.0f32; rows];
+                    matmul_isa(isa, &pool, &w, &x[..rows * cols], rows, &mut b);
+                    for (p, q) in a.iter().zip(&b) {
+                        assert_eq!(
+                            p.to_bits(),
+                            q.to_bits(),
+                            "{} {} n={rows}: scalar {p} vs {q}",
+                            ty.name(),
+                            isa.name()
+                        );
+                    }
+                }
+            }
+            assert!(a.iter().all(|v| v.is_finite()));
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `matmul` properties for every weight type: agreement with a naive f32 reference, batch
-//! and thread-count invariance (bit-identical rows), scalar == AVX2 for the quantized types,
+//! and thread-count invariance (bit-identical rows), scalar == every SIMD spelling for the
+//! quantized types,
 //! and reuse of pre-quantized activations.
 
 use ferrox_kernels::*;
@@ -106,7 +107,7 @@ fn batch_and_thread_invariance() {
         let probe = random(&mut rng, cols);
         let mut single = vec![0.0; rows];
         matmul(&pools[0], &w, &probe, 1, &mut single);
-        for n in [1, 2, 3, 4, 5, 7, 16] {
+        for n in [1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 16] {
             for (pi, pool) in pools.iter().enumerate() {
                 // The probe row sits at a different position among random neighbours.
                 let at = (n * 5 + pi) % n;
@@ -129,29 +130,32 @@ fn batch_and_thread_invariance() {
     }
 }
 
+/// Every ISA spelling the machine has (`Isa::available`: AVX2, AVX-VNNI, AVX-512) gives the
+/// scalar kernels' bits for the quantized types, below and above the batch sizes where the
+/// lane-major kernels take over, with a row count that leaves a partial group of rows.
 #[test]
-fn scalar_and_avx2_matmul_agree() {
-    let Some(avx2) = Isa::avx2() else { return };
+fn every_isa_spelling_matches_scalar() {
     let mut rng = StdRng::seed_from_u64(12);
     let pool = ThreadPool::new(2);
     for ty in MATMUL_TYPES {
-        let (rows, cols, n) = (19, cols_for(ty), 6);
-        let (bytes, _) = random_matrix(&mut rng, ty, rows, cols);
-        let w = QMatrix::new(ty, &bytes, rows, cols);
-        let x = random(&mut rng, n * cols);
-        let mut a = vec![0.0; n * rows];
-        let mut b = vec![0.0; n * rows];
-        matmul_isa(Isa::scalar(), &pool, &w, &x, n, &mut a);
-        matmul_isa(avx2, &pool, &w, &x, n, &mut b);
-        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
-            if ActKind::for_weights(ty) == ActKind::F32 {
-                assert!(
-                    (p - q).abs() <= 1e-4 * (1.0 + p.abs()),
-                    "{} [{i}] {p} vs {q}",
-                    ty.name()
-                );
-            } else {
-                assert_eq!(p.to_bits(), q.to_bits(), "{} [{i}] {p} vs {q}", ty.name());
+        for n in [6, 8, 13] {
+            let (rows, cols) = (19, cols_for(ty));
+            let (bytes, _) = random_matrix(&mut rng, ty, rows, cols);
+            let w = QMatrix::new(ty, &bytes, rows, cols);
+            let x = random(&mut rng, n * cols);
+            let mut a = vec![0.0; n * rows];
+            matmul_isa(Isa::scalar(), &pool, &w, &x, n, &mut a);
+            for isa in Isa::available().into_iter().skip(1) {
+                let mut b = vec![0.0; n * rows];
+                matmul_isa(isa, &pool, &w, &x, n, &mut b);
+                for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+                    let what = format!("{} {} n={n} [{i}] {p} vs {q}", ty.name(), isa.name());
+                    if ActKind::for_weights(ty) == ActKind::F32 {
+                        assert!((p - q).abs() <= 1e-4 * (1.0 + p.abs()), "{what}");
+                    } else {
+                        assert_eq!(p.to_bits(), q.to_bits(), "{what}");
+                    }
+                }
             }
         }
     }

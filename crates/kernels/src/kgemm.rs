@@ -1,0 +1,683 @@
+//! The K formats (Q2_K … Q6_K) times many activation rows at once (prefill, batched decode):
+//! sixteen weight rows at a time are decoded ONCE into unsigned bytes, lane-major, and every
+//! activation row of the call runs over them.
+//!
+//! Why: the row-major kernels (`kquants_avx2`) spend two int8 operations (`maddubs`, then
+//! `madd` with the group scales) per 32 values of one weight row and activation row, and
+//! decode each weight block again for every four activation rows. Here a decoded "chunk"
+//! holds four consecutive quants of each of sixteen weight rows (bytes `4i..4i+4` = row
+//! `i`), so one `vpdpbusd` against the matching four activation bytes, broadcast, adds four
+//! products to each row's lane: 64 values × 16 rows per 512-bit operation. The group scale
+//! is applied once per group by an integer multiply, and the super-block's float step runs
+//! sixteen rows wide. The AVX2 spellings take the same chunks as two halves of eight rows
+//! (`vpdpbusd` on 256 bits with AVX-VNNI, `maddubs` + `madd` without).
+//!
+//! Numbers are unchanged: per (weight row, activation row, super-block) the integers
+//! `sumi = Σ_g sc_g Σ q x` and `summ = Σ_g mn_g bsum_g` are exact whatever order they are
+//! summed in (the largest, Q6_K's, stays below 2^28), and each lane then takes exactly
+//! [`crate::kquants::k_accumulate`]'s float operations, in super-block order. So every row's
+//! result is bit-identical to the scalar kernel's whatever the batch, the ISA spelling or the
+//! thread count (pinned by `tests/matmul.rs`, which compares every spelling the machine has).
+//! The signed formats are stored here as `u = q + offset`, which `vpdpbusd` needs unsigned;
+//! the offset comes back out through the activation block sums:
+//! `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − Σ_g (offset·sc_g) bsum_g`.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+use crate::block::Isa;
+use crate::dot4::{transpose8, Dot4, Pairs, Vnni};
+use crate::kquants::{
+    unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
+};
+use crate::tiling::{Job, RowKernel};
+
+/// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
+pub(crate) const ROWS: usize = 16;
+
+/// Activation rows from which this path beats the row-major kernels on `isa`: the decode
+/// must be shared by enough rows to pay for itself, and without `vpdpbusd` the int8 step
+/// costs what the row-major kernels pay. One thread, 64 x 2048 from cache, ns per 32
+/// values and activation row (AMD EPYC with AVX-512, 2026-12-02; row-major ~0.44 at every
+/// n): `avx512` n=8 0.29, n=16 0.20, n=64 0.12; `avxvnni` 0.39, 0.30, 0.23; `avx2` 0.48,
+/// 0.38, 0.31.
+pub(crate) fn min_rows(isa: Isa) -> usize {
+    if isa.is_avx512() || isa.vnni256() {
+        8
+    } else {
+        16
+    }
+}
+
+/// One super-block of a group of [`ROWS`] weight rows, lane-major.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Packed {
+    /// Chunk `c`: values `4c..4c+4` of row `i` at bytes `4i..4i+4` (unsigned quants).
+    q: [[u8; 4 * ROWS]; QK_K / 4],
+    /// Scale group `g` of each row (groups of [`KPack::GROUP_VALUES`] values).
+    sc: [[i32; ROWS]; 16],
+    /// i16 pairs `(b_2k, b_2k+1)` per row: the 16-value groups' mins (formats with mins) or
+    /// `offset · scale` (signed formats), to multiply with the activations' block sums.
+    bias: [[i32; ROWS]; 8],
+    d: [f32; ROWS],
+    dmin: [f32; ROWS],
+}
+
+const PACKED_ZERO: Packed = Packed {
+    q: [[0; 4 * ROWS]; QK_K / 4],
+    sc: [[0; ROWS]; 16],
+    bias: [[0; ROWS]; 8],
+    d: [0.0; ROWS],
+    dmin: [0.0; ROWS],
+};
+
+/// One weight row's super-block decoded to unsigned quants (see the module doc).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub(crate) struct Unpacked {
+    u: [u8; QK_K],
+    sc: [i32; 16],
+    bias: [i16; 16],
+    d: f32,
+    dmin: f32,
+}
+
+const UNPACKED_ZERO: Unpacked = Unpacked {
+    u: [0; QK_K],
+    sc: [0; 16],
+    bias: [0; 16],
+    d: 0.0,
+    dmin: 0.0,
+};
+
+/// A K format that can be decoded to [`Unpacked`].
+pub(crate) trait KPack: KQuant + Sync {
+    /// Values per scale group: 32 where the format's scales cover 32 values (Q4_K, Q5_K),
+    /// which halves the integer multiplies; else 16.
+    const GROUP_VALUES: usize = 16;
+
+    /// Decodes the super-block. The default goes through the scalar [`KQuant::decode`];
+    /// the common formats override it with SIMD.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available.
+    #[inline(always)]
+    unsafe fn unpack(&self, out: &mut Unpacked) {
+        let dec = self.decode();
+        for (u, &q) in out.u.iter_mut().zip(&dec.q) {
+            *u = (q as i32 + Self::Q_OFFSET) as u8;
+        }
+        let per = Self::GROUP_VALUES / 16;
+        for g in 0..16 / per {
+            out.sc[g] = dec.sc[per * g];
+        }
+        for g in 0..16 {
+            out.bias[g] = if Self::HAS_MIN {
+                dec.mn[g]
+            } else {
+                Self::Q_OFFSET * dec.sc[g]
+            } as i16;
+        }
+        out.d = dec.d;
+        out.dmin = dec.dmin;
+    }
+}
+
+impl KPack for BlockQ2K {}
+impl KPack for BlockQ3K {}
+
+/// Q4_K and Q5_K scales and mins (32-value groups; each min covers two 16-value bsums).
+#[inline(always)]
+fn unpack_k4_meta(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2], out: &mut Unpacked) {
+    let (sc, mn) = unpack_scale_min_k4(scales);
+    for k in 0..8 {
+        out.sc[k] = sc[k] as i32;
+        out.bias[2 * k] = mn[k] as i16;
+        out.bias[2 * k + 1] = mn[k] as i16;
+    }
+    out.d = crate::block::f16_to_f32(d);
+    out.dmin = crate::block::f16_to_f32(dmin);
+}
+
+#[inline(always)]
+unsafe fn store32(dst: &mut [u8], v: __m256i) {
+    assert!(dst.len() >= 32);
+    // SAFETY: 32 writable bytes; AVX2 as the caller promised.
+    unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
+}
+
+#[inline(always)]
+unsafe fn load32(src: &[u8]) -> __m256i {
+    assert!(src.len() >= 32);
+    // SAFETY: 32 readable bytes; AVX2 as the caller promised.
+    unsafe { _mm256_loadu_si256(src.as_ptr().cast()) }
+}
+
+impl KPack for BlockQ4K {
+    const GROUP_VALUES: usize = 32;
+    #[inline(always)]
+    unsafe fn unpack(&self, out: &mut Unpacked) {
+        // SAFETY: AVX2, as the caller promised.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0F);
+            for j in 0..4 {
+                let q = load32(&self.qs[32 * j..]);
+                store32(&mut out.u[64 * j..], _mm256_and_si256(q, m4));
+                store32(
+                    &mut out.u[64 * j + 32..],
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                );
+            }
+        }
+        unpack_k4_meta(&self.scales, self.d, self.dmin, out);
+    }
+}
+
+impl KPack for BlockQ5K {
+    const GROUP_VALUES: usize = 32;
+    #[inline(always)]
+    unsafe fn unpack(&self, out: &mut Unpacked) {
+        // SAFETY: AVX2, as the caller promised.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let qh = load32(&self.qh);
+            for j in 0..4 {
+                let q = load32(&self.qs[32 * j..]);
+                // Bit 2j of qh[l] is the fifth bit of value 64j + l, bit 2j + 1 that of
+                // 64j + 32 + l.
+                let h_lo = _mm256_and_si256(
+                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j as i32)),
+                    _mm256_set1_epi8(1),
+                );
+                let h_hi = _mm256_and_si256(
+                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j as i32 + 1)),
+                    _mm256_set1_epi8(1),
+                );
+                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h_lo, 4));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                    _mm256_slli_epi16(h_hi, 4),
+                );
+                store32(&mut out.u[64 * j..], lo);
+                store32(&mut out.u[64 * j + 32..], hi);
+            }
+        }
+        unpack_k4_meta(&self.scales, self.d, self.dmin, out);
+    }
+}
+
+impl KPack for BlockQ6K {
+    #[inline(always)]
+    unsafe fn unpack(&self, out: &mut Unpacked) {
+        // SAFETY: AVX2, as the caller promised.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m2 = _mm256_set1_epi8(0x30);
+            for n in 0..2 {
+                let ql0 = load32(&self.ql[64 * n..]);
+                let ql1 = load32(&self.ql[64 * n + 32..]);
+                let qh = load32(&self.qh[32 * n..]);
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                        _mm256_and_si256(qh, m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                    ),
+                ];
+                for (k, &qk) in q.iter().enumerate() {
+                    store32(&mut out.u[128 * n + 32 * k..], qk);
+                }
+            }
+        }
+        for g in 0..16 {
+            out.sc[g] = self.scales[g] as i32;
+            out.bias[g] = (Self::Q_OFFSET * self.scales[g] as i32) as i16;
+        }
+        out.d = crate::block::f16_to_f32(self.d);
+        out.dmin = 0.0;
+    }
+}
+
+/// Hints the cache lines of the `span` bytes from `p` into L2. Never faults.
+#[inline(always)]
+fn prefetch_l2(p: *const u8, span: usize) {
+    let mut off = 0;
+    while off <= span {
+        // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
+/// Decodes up to [`ROWS`] rows (`rows.len() / bpr`; missing rows read as zero) into `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack<B: KPack>(rows: &[B], bpr: usize, out: &mut Vec<Packed>) {
+    let h = rows.len() / bpr;
+    out.resize(bpr, PACKED_ZERO);
+    let mut tmp = [UNPACKED_ZERO; ROWS];
+    for (j, p) in out.iter_mut().enumerate() {
+        for (i, t) in tmp.iter_mut().enumerate().take(h) {
+            let b = &rows[i * bpr + j];
+            // The same block of the next group, into L2: it arrives while this group is
+            // multiplied with every activation row (the next group is the next `ROWS` rows,
+            // contiguous; past the matrix the hint is dropped, a prefetch never faults).
+            prefetch_l2(
+                (b as *const B)
+                    .cast::<u8>()
+                    .wrapping_add(ROWS * bpr * size_of::<B>()),
+                size_of::<B>(),
+            );
+            // SAFETY: AVX2, FMA and F16C are enabled in this function.
+            unsafe { b.unpack(t) };
+        }
+        for half in 0..2 {
+            for v in 0..8 {
+                let mut w = [_mm256_setzero_si256(); 8];
+                for (i, wi) in w.iter_mut().enumerate() {
+                    // SAFETY: AVX2 is enabled in this function.
+                    *wi = unsafe { load32(&tmp[8 * half + i].u[32 * v..]) };
+                }
+                for (m, c) in transpose8(w).into_iter().enumerate() {
+                    // SAFETY: as above.
+                    unsafe { store32(&mut p.q[8 * v + m][32 * half..], c) };
+                }
+            }
+        }
+        for (i, t) in tmp.iter().enumerate() {
+            for g in 0..16 {
+                p.sc[g][i] = t.sc[g];
+            }
+            for k in 0..8 {
+                let pair =
+                    (t.bias[2 * k] as u16 as u32) | ((t.bias[2 * k + 1] as u16 as u32) << 16);
+                p.bias[k][i] = pair as i32;
+            }
+            p.d[i] = t.d;
+            p.dmin[i] = t.dmin;
+        }
+    }
+}
+
+/// A vector of per-weight-row lanes: the operations the kernel body needs, 512 or 256 bits.
+trait Lanes {
+    type I: Copy;
+    type F: Copy;
+    /// Weight rows per vector.
+    const N: usize;
+    unsafe fn zero_i() -> Self::I;
+    unsafe fn zero_f() -> Self::F;
+    /// `N` i32 lanes from `p`.
+    unsafe fn load_i(p: *const i32) -> Self::I;
+    /// `N` f32 lanes from `p`.
+    unsafe fn load_f(p: *const f32) -> Self::F;
+    /// `acc + Σ₄ w·x` per lane: `w` four unsigned bytes per lane, `x` four signed bytes.
+    unsafe fn dot4(acc: Self::I, w: Self::I, x: i32) -> Self::I;
+    /// `acc + Σ₂ w·x` per lane over i16 pairs.
+    unsafe fn dot2(acc: Self::I, w: Self::I, x: i32) -> Self::I;
+    /// `acc + a·b` per lane (low 32 bits; exact here).
+    unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn sub_i(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn cvt(a: Self::I) -> Self::F;
+    unsafe fn splat(x: f32) -> Self::F;
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn add(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn sub(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn store_f(p: *mut f32, v: Self::F);
+}
+
+/// AVX-512 (F, BW, VNNI): all sixteen rows in one vector.
+struct Z512;
+
+impl Lanes for Z512 {
+    type I = __m512i;
+    type F = __m512;
+    const N: usize = 16;
+    #[inline(always)]
+    unsafe fn zero_i() -> __m512i {
+        _mm512_setzero_si512()
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn load_i(p: *const i32) -> __m512i {
+        // SAFETY: the caller passes 64 readable bytes.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_f(p: *const f32) -> __m512 {
+        // SAFETY: the caller passes 64 readable bytes.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn dot4(acc: __m512i, w: __m512i, x: i32) -> __m512i {
+        _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x))
+    }
+    #[inline(always)]
+    unsafe fn dot2(acc: __m512i, w: __m512i, x: i32) -> __m512i {
+        _mm512_add_epi32(acc, _mm512_madd_epi16(w, _mm512_set1_epi32(x)))
+    }
+    #[inline(always)]
+    unsafe fn mul_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        _mm512_add_epi32(acc, _mm512_mullo_epi32(a, b))
+    }
+    #[inline(always)]
+    unsafe fn sub_i(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_sub_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn cvt(a: __m512i) -> __m512 {
+        _mm512_cvtepi32_ps(a)
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        _mm512_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        _mm512_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: __m512) {
+        // SAFETY: the caller passes 64 writable bytes.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+}
+
+/// AVX2: eight rows per vector, the int8 step spelled by `D`.
+struct Y256<D>(PhantomData<D>);
+
+impl<D: Dot4> Lanes for Y256<D> {
+    type I = __m256i;
+    type F = __m256;
+    const N: usize = 8;
+    #[inline(always)]
+    unsafe fn zero_i() -> __m256i {
+        _mm256_setzero_si256()
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn load_i(p: *const i32) -> __m256i {
+        // SAFETY: the caller passes 32 readable bytes.
+        unsafe { _mm256_loadu_si256(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_f(p: *const f32) -> __m256 {
+        // SAFETY: the caller passes 32 readable bytes.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn dot4(acc: __m256i, w: __m256i, x: i32) -> __m256i {
+        // SAFETY: the features of `D`, as the caller promised.
+        unsafe { D::dot4(acc, w, _mm256_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn dot2(acc: __m256i, w: __m256i, x: i32) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_set1_epi32(x)))
+    }
+    #[inline(always)]
+    unsafe fn mul_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b))
+    }
+    #[inline(always)]
+    unsafe fn sub_i(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_sub_epi32(a, b)
+    }
+    #[inline(always)]
+    unsafe fn cvt(a: __m256i) -> __m256 {
+        _mm256_cvtepi32_ps(a)
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        _mm256_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        _mm256_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+        _mm256_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: __m256) {
+        // SAFETY: the caller passes 32 writable bytes.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+}
+
+/// Four bytes of `q` from `4c` as one little-endian i32.
+#[inline(always)]
+fn word(q: &[i8; QK_K], c: usize) -> i32 {
+    let b: [i8; 4] = q[4 * c..4 * c + 4].try_into().expect("four bytes");
+    i32::from_le_bytes(b.map(|v| v as u8))
+}
+
+/// The dots of lanes `lane0..lane0 + L::N` of a packed group with `R` activation rows, into
+/// `out[r][lane0..]`. Each lane takes `k_accumulate`'s float steps, super-block by
+/// super-block (see the module doc).
+#[inline(always)]
+unsafe fn body<L: Lanes, B: KPack, const R: usize>(
+    pk: &[Packed],
+    lane0: usize,
+    xs: &[&[BlockQ8K]; R],
+    out: &mut [[f32; ROWS]; R],
+) {
+    assert!(lane0 + L::N <= ROWS, "lanes {lane0}.. outside the group");
+    let chunks_per_group = B::GROUP_VALUES / 4;
+    let groups = QK_K / B::GROUP_VALUES;
+    // SAFETY (every intrinsic below): the features of `L`, as the caller promised; every
+    // pointer is into `Packed` arrays of ROWS lanes at `lane0 + L::N <= ROWS`.
+    unsafe {
+        let mut acc = [L::zero_f(); R];
+        for (j, p) in pk.iter().enumerate() {
+            let mut raw = [L::zero_i(); R];
+            for g in 0..groups {
+                let mut s = [L::zero_i(); R];
+                for c in g * chunks_per_group..(g + 1) * chunks_per_group {
+                    let w = L::load_i(p.q[c].as_ptr().add(4 * lane0).cast());
+                    for r in 0..R {
+                        s[r] = L::dot4(s[r], w, word(&xs[r][j].qs, c));
+                    }
+                }
+                let sc = L::load_i(p.sc[g].as_ptr().add(lane0));
+                for r in 0..R {
+                    raw[r] = L::mul_add(raw[r], s[r], sc);
+                }
+            }
+            let mut bs = [L::zero_i(); R];
+            for k in 0..8 {
+                let b = L::load_i(p.bias[k].as_ptr().add(lane0));
+                for r in 0..R {
+                    let x = &xs[r][j].bsums;
+                    let pair = (x[2 * k] as u16 as u32) | ((x[2 * k + 1] as u16 as u32) << 16);
+                    bs[r] = L::dot2(bs[r], b, pair as i32);
+                }
+            }
+            let d = L::load_f(p.d.as_ptr().add(lane0));
+            let dmin = L::load_f(p.dmin.as_ptr().add(lane0));
+            for r in 0..R {
+                let dx = L::splat(xs[r][j].d);
+                // `k_accumulate`, lane by lane: acc + ((d*dx)*sumi - (dmin*dx)*summ), or
+                // acc + (d*dx)*sumi with sumi = raw - offset terms.
+                let step = if B::HAS_MIN {
+                    L::sub(
+                        L::mul(L::mul(d, dx), L::cvt(raw[r])),
+                        L::mul(L::mul(dmin, dx), L::cvt(bs[r])),
+                    )
+                } else {
+                    L::mul(L::mul(d, dx), L::cvt(L::sub_i(raw[r], bs[r])))
+                };
+                acc[r] = L::add(acc[r], step);
+            }
+        }
+        for r in 0..R {
+            L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+        }
+    }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn group_avx512<B: KPack, const R: usize>(
+    pk: &[Packed],
+    xs: &[&[BlockQ8K]; R],
+    out: &mut [[f32; ROWS]; R],
+) {
+    // SAFETY: as the caller promised.
+    unsafe { body::<Z512, B, R>(pk, 0, xs, out) }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_avx2<B: KPack, const R: usize>(
+    pk: &[Packed],
+    xs: &[&[BlockQ8K]; R],
+    out: &mut [[f32; ROWS]; R],
+) {
+    // SAFETY: as the caller promised.
+    unsafe {
+        body::<Y256<Pairs>, B, R>(pk, 0, xs, out);
+        body::<Y256<Pairs>, B, R>(pk, 8, xs, out);
+    }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn group_vnni<B: KPack, const R: usize>(
+    pk: &[Packed],
+    xs: &[&[BlockQ8K]; R],
+    out: &mut [[f32; ROWS]; R],
+) {
+    // SAFETY: as the caller promised.
+    unsafe {
+        body::<Y256<Vnni>, B, R>(pk, 0, xs, out);
+        body::<Y256<Vnni>, B, R>(pk, 8, xs, out);
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Packed>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A row-major matrix of a K format, multiplied through the lane-major path.
+pub(crate) struct KGemm<'a, B> {
+    /// An AVX2 spelling or better (checked by `matmul::run`).
+    pub isa: Isa,
+    pub blocks: &'a [B],
+    pub bpr: usize,
+    pub rows: usize,
+    pub row_bytes: usize,
+}
+
+impl<B: KPack> RowKernel for KGemm<'_, B> {
+    type Act = BlockQ8K;
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    fn row_align(&self) -> usize {
+        ROWS
+    }
+
+    fn subtile(&self, job: &Job<BlockQ8K>, o0: usize, o1: usize) {
+        assert!(self.isa.is_avx2(), "the lane-major K kernels need AVX2");
+        for r in 0..job.n() {
+            assert!(job.row(r).len() >= self.bpr, "activation row too short");
+        }
+        SCRATCH.with(|cell| {
+            let mut pk = cell.borrow_mut();
+            let mut g0 = o0;
+            while g0 < o1 {
+                let h = ROWS.min(o1 - g0);
+                // SAFETY: an AVX2 `Isa` proves AVX2, FMA and F16C.
+                unsafe {
+                    pack(
+                        &self.blocks[g0 * self.bpr..(g0 + h) * self.bpr],
+                        self.bpr,
+                        &mut pk,
+                    )
+                };
+                let mut r = 0;
+                while r < job.n() {
+                    r += match job.n() - r {
+                        1 => self.rows_of::<1>(&pk, job, r, g0, h),
+                        2 => self.rows_of::<2>(&pk, job, r, g0, h),
+                        3 => self.rows_of::<3>(&pk, job, r, g0, h),
+                        _ => self.rows_of::<4>(&pk, job, r, g0, h),
+                    };
+                }
+                g0 += h;
+            }
+        });
+    }
+}
+
+impl<B: KPack> KGemm<'_, B> {
+    /// Activation rows `r..r + R` times the packed group of weight rows `g0..g0 + h`.
+    #[inline(always)]
+    fn rows_of<const R: usize>(
+        &self,
+        pk: &[Packed],
+        job: &Job<BlockQ8K>,
+        r: usize,
+        g0: usize,
+        h: usize,
+    ) -> usize {
+        let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
+        let mut out = [[0.0f32; ROWS]; R];
+        // SAFETY: the `Isa` proves the features of the entry chosen; every row covers the
+        // `bpr` packed super-blocks (checked in `subtile`).
+        unsafe {
+            if self.isa.is_avx512() {
+                group_avx512::<B, R>(pk, &xs, &mut out);
+            } else if self.isa.vnni256() {
+                group_vnni::<B, R>(pk, &xs, &mut out);
+            } else {
+                group_avx2::<B, R>(pk, &xs, &mut out);
+            }
+        }
+        for (i, o) in out.iter().enumerate() {
+            // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
+            unsafe { job.put_run(r + i, g0, &o[..h]) };
+        }
+        R
+    }
+}
