@@ -8,6 +8,9 @@
 #
 #   scripts/bench-vs-llamacpp.sh            # ROUNDS=5 THREADS=2 BATCH=1,2,4,8,16
 #   SHAPE=gemma3-4b ROUNDS=3 BATCH=16 scripts/bench-vs-llamacpp.sh   # a real-shape model (llamacpp.sh)
+#
+# IK_LLAMA_DIR=DIR adds ik_llama.cpp's llama-bench (DIR/build/bin/llama-bench; built by hand,
+# see docs/PERFORMANCE.md) to every round, as a third column.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,8 +24,12 @@ mkdir -p "$OUT"
 build_llama_cpp
 build_ferrox
 
+IK=${IK_LLAMA_DIR:+$IK_LLAMA_DIR/build/bin/llama-bench}
 for r in $(seq "$ROUNDS"); do
     echo "round $r/$ROUNDS" >&2
+    if [ -n "$IK" ]; then
+        "$IK" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json >"$OUT/ik-bench.$r.json" 2>/dev/null
+    fi
     "$LCPP/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
         >"$OUT/llama-bench.$r.json" 2>/dev/null
     "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 --json >"$OUT/ferrox.$r.json"
@@ -49,6 +56,12 @@ for r in range(1, rounds + 1):
         add(k, "llama.cpp", t["avg_ts"])
     for k, s in json.load(open(f"{out}/ferrox.{r}.json")).items():
         add(k, "ferrox", s["median"])
+    try:
+        for t in json.load(open(f"{out}/ik-bench.{r}.json")):
+            k = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
+            add(k, "ik_llama.cpp", t["avg_ts"])
+    except FileNotFoundError:
+        pass
     for line in open(f"{out}/batched.{r}.jsonl"):
         line = line.strip()
         if line.startswith("{"):
@@ -60,10 +73,15 @@ for r in range(1, rounds + 1):
             add(k, "ferrox", s["median"])
     add("peak RSS MiB", "llama.cpp", int(open(f"{out}/rss-llama.{r}").read().split()[-1]) / 1024)
     add("peak RSS MiB", "ferrox", int(open(f"{out}/rss-ferrox.{r}").read().split()[-1]) / 1024)
-print(f"| test | llama.cpp (median) | ferrox (median) | ratio |")
-print(f"|---|---|---|---|")
+ik = any("ik_llama.cpp" in v for v in rows.values())
+print("| test | llama.cpp (median) | ferrox (median) | ratio |" + (" ik_llama.cpp | ferrox / ik |" if ik else ""))
+print("|---|---|---|---|" + ("---|---|" if ik else ""))
 for k, v in rows.items():
     a, b = med(v.get("llama.cpp", [float("nan")])), med(v.get("ferrox", [float("nan")]))
-    print(f"| {k} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+    line = f"| {k} | {a:.1f} | {b:.1f} | {b / a:.2f}x |"
+    if ik:
+        c = med(v.get("ik_llama.cpp", [float("nan")]))
+        line += f" {c:.1f} | {b / c:.2f}x |"
+    print(line)
 print(f"\n({rounds} interleaved rounds; raw results in {out})")
 PY
