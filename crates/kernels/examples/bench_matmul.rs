@@ -123,7 +123,7 @@ fn main() {
     }
     if std::env::args().nth(2).as_deref() == Some("compute") {
         for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
-            for n in [1, 4, 16] {
+            for n in [1, 4, 16, 64] {
                 compute_bound(ty, 256, 640, n);
             }
         }

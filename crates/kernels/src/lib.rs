@@ -23,7 +23,8 @@
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
 //! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates.
 //! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
-//!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once).
+//!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once);
+//!   `gemm16`: the same on AVX-512 (sixteen rows, 512-bit `vpdpbusd`).
 //! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`]; `kgemm`: the same formats for
 //!   many activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
@@ -35,7 +36,7 @@
 //!
 //! # Scalar vs SIMD
 //! Every weight type has a portable `dot_scalar` and an AVX2 `dot_avx2`; the lane-major paths
-//! (`gemm8`, `kgemm`) have an AVX2, an AVX-VNNI and (`kgemm`) an AVX-512 entry. For the
+//! (`gemm8` + `gemm16`, `kgemm`) have AVX2, AVX-VNNI and AVX-512 entries. For the
 //! quantized types they are all bit-identical (integer dot products are exact and both paths apply the
 //! same float operations in the same order; see `legacy` and `kquants`). For F32/F16/BF16
 //! weights and the f32 helpers they agree within float reassociation. Either way, one ISA is
@@ -92,6 +93,8 @@ mod block;
 #[cfg(target_arch = "x86_64")]
 mod dot4;
 mod float;
+#[cfg(target_arch = "x86_64")]
+mod gemm16;
 #[cfg(target_arch = "x86_64")]
 mod gemm8;
 #[cfg(target_arch = "x86_64")]

@@ -153,8 +153,9 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
 
 /// Activation rows processed together by one kernel call (eight for `WeightBlock::WIDE`).
 const ROWS_PER_KERNEL: usize = 4;
-/// A 32-value format: from [`crate::gemm8::MIN_ROWS`] activation rows on, through the
-/// lane-major kernel (`gemm8`, same bits, about twice the throughput); else [`run`].
+/// A 32-value format: from [`crate::gemm8::MIN_ROWS`] activation rows on, through a
+/// lane-major kernel (same bits): `gemm16` on AVX-512, else `gemm8` (about twice the
+/// row-major throughput); below that, [`run`].
 #[cfg(target_arch = "x86_64")]
 fn run_legacy<B: crate::legacy_avx2::LegacyAvx2 + Sync>(
     isa: Isa,
@@ -164,6 +165,16 @@ fn run_legacy<B: crate::legacy_avx2::LegacyAvx2 + Sync>(
     n: usize,
     out: &mut [f32],
 ) {
+    if let (true, Input::Acts(acts)) = (isa.is_avx512() && n >= crate::gemm16::MIN_ROWS, &x) {
+        let (units, upr) = acts.view::<BlockQ8x4>();
+        let kernel = crate::gemm16::Gemm16::<B> {
+            blocks: as_blocks(w.data),
+            bpr: w.cols / B::ELEMS,
+            rows: w.rows,
+            row_bytes: w.row_bytes(),
+        };
+        return run_kernel(pool, &kernel, units, upr, n, out);
+    }
     if let (true, Input::Acts(acts)) = (isa.is_avx2() && n >= crate::gemm8::MIN_ROWS, &x) {
         let (units, upr) = acts.view::<BlockQ8x4>();
         let kernel = crate::gemm8::Gemm8::<B> {

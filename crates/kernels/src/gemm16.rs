@@ -1,0 +1,257 @@
+//! `gemm8` on AVX-512: the 32-value formats times many activation rows, sixteen weight rows
+//! at a time, one 512-bit `vpdpbusd` per four values of all sixteen rows.
+//!
+//! Same plan as `gemm8` (a group of weight rows decoded once per call into lane-major chunks,
+//! every activation row of the call run over them), twice as wide: chunk `k` of a block
+//! column holds values `4k..4k+4` of each of sixteen rows (bytes `4i..4i+4` = row `i`).
+//!
+//! Numbers are unchanged: each lane computes exactly the integers and float operations
+//! `gemm8` computes for that row (and so the row-major kernels and the scalar reference do):
+//! per block the eight exact chunk sums, `fma(d_w·d_x, sum, lane)` in block order, the `m`
+//! terms four block columns per step, and `legacy::finish`'s fold. Pinned by
+//! `tests/matmul.rs` on every ISA spelling the machine has.
+//!
+//! The signed formats (Q8_0, Q8_1): AVX-512 has no 512-bit `vpsignb`, which `gemm8` uses to
+//! make the weights unsigned. Here the activations are made unsigned instead (`x + 128`,
+//! once per activation row and group), the weights stay signed bytes, and each lane's sum
+//! starts at `−128 · Σw` of its four weights (computed when the group is decoded):
+//! `Σ (x + 128)·w − 128·Σw = Σ x·w`, exact.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use crate::block::prefetch_ahead;
+use crate::dot4::transpose8;
+use crate::legacy::{BlockQ8x4, MTerm};
+use crate::legacy_avx2::LegacyAvx2;
+use crate::tiling::{Job, RowKernel};
+
+/// Weight rows per group: one 32-bit lane per row of a 512-bit vector.
+const ROWS: usize = 16;
+
+/// Activation rows from which this path runs (as `gemm8`'s: the decode is shared by the
+/// rows of the call).
+pub(crate) const MIN_ROWS: usize = crate::gemm8::MIN_ROWS;
+
+/// One block column of a group, lane-major.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Chunks16([[u8; 4 * ROWS]; 8]);
+
+/// A group's decoded block columns: chunks, the signed formats' sum offsets, `d` and `m`.
+#[derive(Default)]
+struct Decoded {
+    chunks: Vec<Chunks16>,
+    /// Signed formats: `−128 · Σ` of the four weights of chunk `k`, per row.
+    corr: Vec<[[i32; ROWS]; 8]>,
+    d: Vec<[f32; ROWS]>,
+    m: Vec<[f32; ROWS]>,
+    /// Signed formats: one activation row's quants plus 128, per block.
+    shifted: Vec<[u8; 32]>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Decoded> = RefCell::new(Decoded::default());
+}
+
+/// A row-major matrix of a 32-value format, multiplied through the 512-bit lane-major path.
+pub(crate) struct Gemm16<'a, B> {
+    pub blocks: &'a [B],
+    pub bpr: usize,
+    pub rows: usize,
+    pub row_bytes: usize,
+}
+
+impl<B: LegacyAvx2 + Sync> RowKernel for Gemm16<'_, B> {
+    type Act = BlockQ8x4;
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    fn row_align(&self) -> usize {
+        ROWS
+    }
+
+    fn subtile(&self, job: &Job<BlockQ8x4>, o0: usize, o1: usize) {
+        for x in (0..job.n()).map(|r| job.row(r)) {
+            assert!(x.len() >= self.bpr.div_ceil(4), "activation row too short");
+        }
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            let dec = &mut *scratch;
+            let mut g0 = o0;
+            while g0 < o1 {
+                let h = ROWS.min(o1 - g0);
+                let rows = &self.blocks[g0 * self.bpr..(g0 + h) * self.bpr];
+                // SAFETY: this kernel is only built when the `Isa` is AVX-512, which includes
+                // AVX2, FMA and F16C (`matmul::run_legacy` checks).
+                unsafe { decode(rows, self.bpr, dec) };
+                for r in 0..job.n() {
+                    // SAFETY: as above, with AVX-512 F/BW/VL/VNNI; the row covers `bpr`
+                    // blocks (checked above).
+                    let res = unsafe { dot16::<B>(dec, job.row(r)) };
+                    // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
+                    unsafe { job.put_run(r, g0, &res[..h]) };
+                }
+                g0 += h;
+            }
+        });
+    }
+}
+
+/// Decodes up to sixteen rows (`rows.len() / bpr`; missing rows read as zero) into `dec`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
+    let h = rows.len() / bpr;
+    dec.chunks.resize(bpr, Chunks16([[0; 4 * ROWS]; 8]));
+    dec.d.resize(bpr, [0.0; ROWS]);
+    dec.m.resize(bpr, [0.0; ROWS]);
+    if B::SIGNED {
+        dec.corr.resize(bpr, [[0; ROWS]; 8]);
+    }
+    let ones8 = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    for j in 0..bpr {
+        let (mut d_bits, mut m_bits) = ([0u16; ROWS], [0u16; ROWS]);
+        for half in 0..2 {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (i, vi) in v.iter_mut().enumerate() {
+                let row = 8 * half + i;
+                if row >= h {
+                    break;
+                }
+                let b = &rows[row * bpr + j];
+                prefetch_ahead((b as *const B).cast(), size_of::<B>());
+                // SAFETY: AVX2 is enabled in this function.
+                *vi = unsafe { b.load_q() };
+                d_bits[row] = u16::from_le_bytes(b.d_bits());
+                m_bits[row] = u16::from_le_bytes(b.m_bits());
+            }
+            for (k, ck) in transpose8(v).into_iter().enumerate() {
+                // SAFETY: 32 writable bytes.
+                unsafe {
+                    _mm256_storeu_si256(dec.chunks[j].0[k][32 * half..].as_mut_ptr().cast(), ck)
+                };
+                if B::SIGNED {
+                    // Σ of each lane's four signed weights (1·w pairs, then pairs of pairs).
+                    let s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ck), ones16);
+                    let corr = _mm256_mullo_epi32(s4, _mm256_set1_epi32(-128));
+                    // SAFETY: 32 writable bytes.
+                    unsafe {
+                        _mm256_storeu_si256(dec.corr[j][k][8 * half..].as_mut_ptr().cast(), corr)
+                    };
+                }
+            }
+        }
+        // The same conversions as `gemm8::decode`: exact f16 -> f32, then `d * -offset` or the
+        // stored `m`.
+        for half in 0..2 {
+            let at = 8 * half;
+            // SAFETY: 16 readable bytes each; 32 writable bytes each.
+            unsafe {
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(d_bits[at..].as_ptr().cast()));
+                let m = match B::M {
+                    MTerm::Zero => _mm256_setzero_ps(),
+                    MTerm::Offset(o) => _mm256_mul_ps(d, _mm256_set1_ps(-(o as f32))),
+                    MTerm::Stored => _mm256_cvtph_ps(_mm_loadu_si128(m_bits[at..].as_ptr().cast())),
+                };
+                _mm256_storeu_ps(dec.d[j][at..].as_mut_ptr(), d);
+                _mm256_storeu_ps(dec.m[j][at..].as_mut_ptr(), m);
+            }
+        }
+    }
+}
+
+/// Four bytes of `q` from `4k` as one little-endian i32.
+#[inline(always)]
+fn word(q: &[u8; 32], k: usize) -> i32 {
+    let b: [u8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
+    i32::from_le_bytes(b)
+}
+
+/// Four signed bytes of `q` from `4k` as one little-endian i32.
+#[inline(always)]
+fn word_i8(q: &[i8; 32], k: usize) -> i32 {
+    let b: [i8; 4] = q[4 * k..4 * k + 4].try_into().expect("four bytes");
+    i32::from_le_bytes(b.map(|v| v as u8))
+}
+
+/// The sixteen dots of a decoded group with activation row `x` (which covers every block
+/// column), lane by lane the operations of `gemm8::dot8_with`.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dot16<B: LegacyAvx2>(dec: &mut Decoded, x: &[BlockQ8x4]) -> [f32; ROWS] {
+    let bpr = dec.chunks.len();
+    assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
+    assert!(
+        dec.d.len() == bpr && dec.m.len() == bpr,
+        "one scale row per block column"
+    );
+    if B::SIGNED {
+        assert_eq!(dec.corr.len(), bpr, "one offset row per block column");
+        dec.shifted.resize(bpr, [0; 32]);
+        for (j, s) in dec.shifted.iter_mut().enumerate() {
+            for (v, &q) in s.iter_mut().zip(&x[j / 4].qs[j % 4]) {
+                *v = (q as u8) ^ 0x80;
+            }
+        }
+    }
+    let dec = &*dec;
+    // SAFETY (every intrinsic below): the features this function enables; the loads read
+    // 64 bytes from 64-byte rows of the decoded arrays.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); 8];
+        for j in 0..bpr {
+            let u = &x[j / 4];
+            let kk = j % 4;
+            let dw = _mm512_loadu_ps(dec.d[j].as_ptr());
+            let s = _mm512_mul_ps(dw, _mm512_set1_ps(u.d[kk]));
+            for (k, a) in acc.iter_mut().enumerate() {
+                let w = _mm512_load_si512(dec.chunks[j].0[k].as_ptr().cast());
+                let p = if B::SIGNED {
+                    let c = _mm512_loadu_si512(dec.corr[j][k].as_ptr().cast());
+                    _mm512_dpbusd_epi32(c, _mm512_set1_epi32(word(&dec.shifted[j], k)), w)
+                } else {
+                    let xk = word_i8(&u.qs[kk], k);
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_set1_epi32(xk))
+                };
+                *a = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(p), *a);
+            }
+        }
+        // The m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
+        let mut accm = [_mm512_setzero_ps(); 4];
+        if B::M != MTerm::Zero {
+            for (u, mg) in x.iter().zip(dec.m.chunks(4)) {
+                for (kk, mj) in mg.iter().enumerate() {
+                    let mv = _mm512_loadu_ps(mj.as_ptr());
+                    accm[kk] = _mm512_add_ps(accm[kk], _mm512_mul_ps(mv, _mm512_set1_ps(u.s[kk])));
+                }
+            }
+        }
+        // `legacy::finish`, sixteen rows at once, in `gemm8`'s order.
+        let t = [
+            _mm512_add_ps(acc[0], acc[4]),
+            _mm512_add_ps(acc[1], acc[5]),
+            _mm512_add_ps(acc[2], acc[6]),
+            _mm512_add_ps(acc[3], acc[7]),
+        ];
+        let mut r = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
+        if B::M != MTerm::Zero {
+            let rm = _mm512_add_ps(
+                _mm512_add_ps(accm[0], accm[1]),
+                _mm512_add_ps(accm[2], accm[3]),
+            );
+            r = _mm512_add_ps(r, rm);
+        }
+        let mut out = [0.0f32; ROWS];
+        _mm512_storeu_ps(out.as_mut_ptr(), r);
+        out
+    }
+}
