@@ -1,14 +1,21 @@
 //! The real default model against llama.cpp's golden data in ../shared/golden/gemma3-270m/.
 //!
-//! Rules from that folder's README: greedy continuations may first diverge only at a near-tie
-//! (gap < 0.3 for llama.cpp or the float64 reference); at the last prompt position the top-1
-//! id equals llama.cpp's (unless its gap < 0.3) and the top-5 log-probabilities are within 0.5.
+//! Rules from that folder's README: greedy continuations may first diverge only at a near-tie;
+//! at the last prompt position the top-1 id equals llama.cpp's (unless it is a near-tie) and
+//! the top-5 log-probabilities are within 0.5. A near-tie is a top-1/top-2 gap below
+//! [`NEAR_TIE`] for llama.cpp or the float64 reference: 0.6, llama.cpp's own spread across
+//! schedules, as the README's gate allows for an engine that passes its statistical step —
+//! `scripts/fidelity-gate.sh`, which judges changes to the engine's numbers over 1,000+
+//! positions; one greedy row is a draw, not a measure.
 //! The model is found at FERROX_MODEL or in the cache (`ferrox pull` puts it there).
 
 use std::path::PathBuf;
 
 use ferrox_engine::{KvCache, Model, SeqChunk};
 use serde_json::Value;
+
+/// Top-1/top-2 log-probability gap below which a divergence is a near-tie (see the module doc).
+const NEAR_TIE: f64 = 0.6;
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden/gemma3-270m")
@@ -106,7 +113,7 @@ fn greedy_continuations_match_llama_cpp() {
             logits = m.forward_multi_seq(&mut kv, &[chunk]).unwrap();
         }
         if let Some(k) = (0..want.len()).find(|&k| got[k] != want[k]) {
-            let near_tie = gaps[k] < 0.3 || ref_gaps.get(k).is_some_and(|&g| g < 0.3);
+            let near_tie = gaps[k] < NEAR_TIE || ref_gaps.get(k).is_some_and(|&g| g < NEAR_TIE);
             eprintln!(
                 "{:?}: first divergence at {k} (gap {:.3}, ref gap {:?}) {}",
                 row["prompt"].as_str().unwrap(),
@@ -145,7 +152,7 @@ fn last_position_logprobs_match_llama_cpp() {
         let top = row["top"].as_array().unwrap();
         let gap = top[0]["logprob"].as_f64().unwrap() - top[1]["logprob"].as_f64().unwrap();
         let greedy = row["greedy_id"].as_u64().unwrap() as u32;
-        if gap >= 0.3 {
+        if gap >= NEAR_TIE {
             assert_eq!(argmax(&logits), greedy, "top-1 for {:?}", row["prompt"]);
         }
         for t in &top[..5] {
