@@ -31,6 +31,7 @@ use crate::dot4::{transpose8, Dot4, Pairs, Vnni};
 use crate::kquants::{
     unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
 };
+use crate::kquants_avx2::q6k_values;
 use crate::tiling::{Job, RowKernel};
 
 /// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
@@ -211,35 +212,12 @@ impl KPack for BlockQ5K {
 impl KPack for BlockQ6K {
     #[inline(always)]
     unsafe fn unpack(&self, out: &mut Unpacked) {
-        // SAFETY: AVX2, as the caller promised.
-        unsafe {
-            let m4 = _mm256_set1_epi8(0x0F);
-            let m2 = _mm256_set1_epi8(0x30);
-            for n in 0..2 {
-                let ql0 = load32(&self.ql[64 * n..]);
-                let ql1 = load32(&self.ql[64 * n + 32..]);
-                let qh = load32(&self.qh[32 * n..]);
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                        _mm256_and_si256(qh, m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
-                    ),
-                ];
-                for (k, &qk) in q.iter().enumerate() {
-                    store32(&mut out.u[128 * n + 32 * k..], qk);
-                }
+        for n in 0..2 {
+            // SAFETY: AVX2, as the caller promised.
+            let q = unsafe { q6k_values(self, n) };
+            for (k, &qk) in q.iter().enumerate() {
+                // SAFETY: as above.
+                unsafe { store32(&mut out.u[128 * n + 32 * k..], qk) };
             }
         }
         for g in 0..16 {

@@ -311,12 +311,39 @@ impl KAvx2 for BlockQ5K {
     }
 }
 
+/// Q6_K values `128n .. 128n + 128` as four vectors of 32 unsigned bytes (0..63), in order.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn q6k_values(b: &BlockQ6K, n: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(0x30);
+    let ql0 = load32u(&b.ql[64 * n..]);
+    let ql1 = load32u(&b.ql[64 * n + 32..]);
+    let qh = load32u(&b.qh[32 * n..]);
+    [
+        _mm256_or_si256(
+            _mm256_and_si256(ql0, m4),
+            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(ql1, m4),
+            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+            _mm256_and_si256(qh, m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+        ),
+    ]
+}
+
 impl KAvx2 for BlockQ6K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(0x30);
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
             prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
@@ -326,27 +353,7 @@ impl KAvx2 for BlockQ6K {
             let x = units(&xs, i);
             let mut ai = [_mm256_setzero_si256(); R];
             for n in 0..2 {
-                let ql0 = load32u(&b.ql[64 * n..]);
-                let ql1 = load32u(&b.ql[64 * n + 32..]);
-                let qh = load32u(&b.qh[32 * n..]);
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                        _mm256_and_si256(qh, m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
-                    ),
-                ];
+                let q = q6k_values(b, n);
                 for (k, &qk) in q.iter().enumerate() {
                     let g = 8 * n + 2 * k;
                     accumulate(&mut ai, qk, sc.pair(g, g + 1), &x, 128 * n + 32 * k);

@@ -20,7 +20,7 @@ use crate::acts::{with_quantized, ActKind, ActStorage, Activations};
 use crate::block::{as_blocks, dot_rows_multi, Isa, WeightBlock};
 use crate::float::{Bf16Le, F16Le, F32Le};
 use crate::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-use crate::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4};
+use crate::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use crate::pool::ThreadPool;
 use crate::tiling::{run_kernel, Job, RowKernel, MAX_SUBTILE_ROWS};
 use crate::GgmlType;
@@ -165,41 +165,27 @@ fn run_legacy<B: crate::legacy_avx2::LegacyAvx2 + Sync>(
     n: usize,
     out: &mut [f32],
 ) {
-    if let (true, Input::Acts(acts)) = (isa.is_avx512() && n >= crate::gemm16::MIN_ROWS, &x) {
-        let (units, upr) = acts.view::<BlockQ8x4>();
+    let (blocks, bpr, rows, row_bytes) =
+        (as_blocks(w.data), w.cols / B::ELEMS, w.rows, w.row_bytes());
+    if isa.is_avx512() && n >= crate::gemm16::MIN_ROWS {
         let kernel = crate::gemm16::Gemm16::<B> {
-            blocks: as_blocks(w.data),
-            bpr: w.cols / B::ELEMS,
-            rows: w.rows,
-            row_bytes: w.row_bytes(),
+            blocks,
+            bpr,
+            rows,
+            row_bytes,
         };
-        return run_kernel(pool, &kernel, units, upr, n, out);
+        return run_lane_major(pool, &kernel, x, n, out);
     }
-    if let (true, Input::Acts(acts)) = (isa.is_avx2() && n >= crate::gemm8::MIN_ROWS, &x) {
-        let (units, upr) = acts.view::<BlockQ8x4>();
+    if isa.is_avx2() && n >= crate::gemm8::MIN_ROWS {
         let kernel = crate::gemm8::Gemm8::<B> {
             isa,
-            blocks: as_blocks(w.data),
-            bpr: w.cols / B::ELEMS,
-            rows: w.rows,
-            row_bytes: w.row_bytes(),
+            blocks,
+            bpr,
+            rows,
+            row_bytes,
         };
-        return run_kernel(pool, &kernel, units, upr, n, out);
+        return run_lane_major(pool, &kernel, x, n, out);
     }
-    run::<B>(isa, pool, w, x, n, out)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn run_legacy<B: WeightBlock>(
-    isa: Isa,
-    pool: &ThreadPool,
-    w: &QMatrix,
-    x: Input,
-    n: usize,
-    out: &mut [f32],
-) where
-    B::Act: ActStorage,
-{
     run::<B>(isa, pool, w, x, n, out)
 }
 
@@ -214,33 +200,38 @@ fn run_k<B: crate::kgemm::KPack>(
     n: usize,
     out: &mut [f32],
 ) {
-    if let (true, Input::Acts(acts)) = (isa.is_avx2() && n >= crate::kgemm::min_rows(isa), &x) {
-        let (units, upr) = acts.view::<crate::BlockQ8K>();
+    if isa.is_avx2() && n >= crate::kgemm::min_rows(isa) {
+        let (blocks, bpr) = (as_blocks(w.data), w.cols / B::ELEMS);
+        let (rows, row_bytes) = (w.rows, w.row_bytes());
         let kernel = crate::kgemm::KGemm::<B> {
             isa,
-            blocks: as_blocks(w.data),
-            bpr: w.cols / B::ELEMS,
-            rows: w.rows,
-            row_bytes: w.row_bytes(),
+            blocks,
+            bpr,
+            rows,
+            row_bytes,
         };
-        return run_kernel(pool, &kernel, units, upr, n, out);
+        return run_lane_major(pool, &kernel, x, n, out);
     }
     run::<B>(isa, pool, w, x, n, out)
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-fn run_k<B: WeightBlock>(
-    isa: Isa,
-    pool: &ThreadPool,
-    w: &QMatrix,
-    x: Input,
-    n: usize,
-    out: &mut [f32],
-) where
-    B::Act: ActStorage,
+/// A lane-major kernel over the call's quantized activations (the quantized formats always
+/// get them quantized: `matmul_isa` and `matmul_acts_isa` pass `Input::Acts`).
+#[cfg(target_arch = "x86_64")]
+fn run_lane_major<K: RowKernel>(pool: &ThreadPool, kernel: &K, x: Input, n: usize, out: &mut [f32])
+where
+    K::Act: ActStorage,
 {
-    run::<B>(isa, pool, w, x, n, out)
+    let Input::Acts(acts) = x else {
+        unreachable!("a quantized format's activations are quantized")
+    };
+    let (units, upr) = acts.view::<K::Act>();
+    run_kernel(pool, kernel, units, upr, n, out)
 }
+
+// Without x86-64 there are no lane-major kernels: every format runs row-major.
+#[cfg(not(target_arch = "x86_64"))]
+use self::{run as run_legacy, run as run_k};
 
 fn run<W: WeightBlock>(
     isa: Isa,
