@@ -476,9 +476,13 @@ pub fn attn_accumulate_f16_isa(isa: Isa, acc: &mut [f32], d: usize, p: &[f32], v
             let rr = (rows - r0).min(ROWS);
             let a = &mut acc[r0 * d..(r0 + rr) * d];
             let pr = &p[r0 * n..(r0 + rr) * n];
-            // SAFETY: an AVX2 `Isa` proves the CPU features.
+            // SAFETY: an AVX2 `Isa` proves the CPU features (an AVX-512 one those too).
             unsafe {
                 match rr {
+                    4 if isa.is_avx512() => crate::attn_avx512::accumulate::<4>(a, d, pr, vs),
+                    3 if isa.is_avx512() => crate::attn_avx512::accumulate::<3>(a, d, pr, vs),
+                    2 if isa.is_avx512() => crate::attn_avx512::accumulate::<2>(a, d, pr, vs),
+                    1 if isa.is_avx512() => crate::attn_avx512::accumulate::<1>(a, d, pr, vs),
                     4 => avx2::accumulate::<4>(a, d, pr, vs),
                     3 => avx2::accumulate::<3>(a, d, pr, vs),
                     2 => avx2::accumulate::<2>(a, d, pr, vs),
@@ -675,6 +679,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every SIMD spelling the machine has gives the AVX2 kernels' bits, scores and value
+    /// sums (AVX-512's: 32, 16, then single elements) at sizes that reach every branch.
+    #[test]
+    fn scores_and_accumulate_are_bit_identical_across_spellings() {
+        let Some(avx2) = Isa::avx2() else { return };
+        for isa in Isa::available().into_iter().skip(2) {
+            for d in [8, 12, 16, 40, 48, 256, 264] {
+                for rows in 1..=6 {
+                    for n in [1, 3, 4, 6, 9] {
+                        let q = data(rows * d, 3);
+                        let keys: Vec<Vec<f16>> =
+                            (0..n).map(|j| halves(&data(d, 30 + j as u32))).collect();
+                        let kr: Vec<&[f16]> = keys.iter().map(|k| &k[..]).collect();
+                        let mut s1 = vec![0.0; rows * n];
+                        let mut s2 = vec![0.0; rows * n];
+                        attn_scores_f16_isa(avx2, &q, d, &kr, &mut s1);
+                        attn_scores_f16_isa(isa, &q, d, &kr, &mut s2);
+                        let what = format!("{} d={d} rows={rows} n={n}", isa.name());
+                        assert_eq!(bits(&s1), bits(&s2), "scores {what}");
+                        let mut a1 = data(rows * d, 8);
+                        let mut a2 = a1.clone();
+                        attn_accumulate_f16_isa(avx2, &mut a1, d, &s1, &kr);
+                        attn_accumulate_f16_isa(isa, &mut a2, d, &s1, &kr);
+                        assert_eq!(bits(&a1), bits(&a2), "value sums {what}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
     }
 
     #[test]

@@ -89,6 +89,8 @@
 
 mod acts;
 mod attn;
+#[cfg(target_arch = "x86_64")]
+mod attn_avx512;
 mod block;
 #[cfg(target_arch = "x86_64")]
 mod dot4;
