@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex};
 
 use ferrox_gguf::GgmlType;
 use ferrox_gguf::GgufFile;
-use ferrox_kernels::{matmul, Q8Rows8, ThreadPool};
+use ferrox_kernels::{matmul, matmul_acts, ActKind, Activations, Q8Rows8, ThreadPool};
 
 use crate::attention::{attend, AttnShape, Query};
 use crate::config::{Activation, ModelConfig};
 use crate::encoder::{Encoder, EncoderWeights};
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvShape, SeqChunk};
-use crate::ops::{rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
+use crate::ops::{par_rows, rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{LayerWeights, Matrix, Weights};
 
@@ -384,6 +384,29 @@ impl Model {
         matmul(&self.pool, &w.view(&self.file), x, n, out);
     }
 
+    /// `out_i = W_i · x` for matrices that read the same input (Q/K/V, gate/up): where their
+    /// types take the same activation format, `x` is quantized once for all of them (the
+    /// same bits `matmul` would quantize each time); else each quantizes its own.
+    fn matmul_shared<const K: usize>(
+        &self,
+        acts: &mut Activations,
+        x: &[f32],
+        n: usize,
+        jobs: [(&Matrix, &mut [f32]); K],
+    ) {
+        let kind = ActKind::for_weights(jobs[0].0.ty);
+        if jobs.iter().any(|(w, _)| ActKind::for_weights(w.ty) != kind) {
+            for (w, out) in jobs {
+                self.matmul(w, x, n, out);
+            }
+            return;
+        }
+        acts.quantize(&self.pool, jobs[0].0.ty, x, n, jobs[0].0.cols);
+        for (w, out) in jobs {
+            matmul_acts(&self.pool, &w.view(&self.file), acts, out);
+        }
+    }
+
     /// Token embeddings into `x`, one row of n_embd per token (scaled by sqrt(n_embd) for
     /// Gemma).
     fn embed(&self, weights: &Weights, tokens: &[u32], x: &mut [f32]) {
@@ -428,37 +451,46 @@ impl Model {
         queries: &[Query],
         s: &mut Scratch,
     ) {
-        let x = &mut s.x;
         let cfg = &self.config;
+        let pool = &*self.pool;
         let n = queries.len();
-        let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
+        let (d, hd, qd, kvd) = (cfg.n_embd, cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
+        let eps = cfg.rms_eps;
 
         // Attention block.
-        s.h.copy_from_slice(x);
-        rms_norm_rows(&mut s.h, &lw.attn_norm, cfg.rms_eps);
-        self.matmul(&lw.wq, &s.h, n, &mut s.q);
-        self.matmul(&lw.wk, &s.h, n, &mut s.k);
-        self.matmul(&lw.wv, &s.h, n, &mut s.v);
+        let x = &s.x;
+        par_rows(pool, &mut s.h, d, &|r, h| {
+            h.copy_from_slice(&x[r * d..(r + 1) * d]);
+            rms_norm(h, &lw.attn_norm, eps);
+        });
+        self.matmul_shared(
+            &mut s.acts,
+            &s.h,
+            n,
+            [(&lw.wq, &mut s.q), (&lw.wk, &mut s.k), (&lw.wv, &mut s.v)],
+        );
         add_bias(&mut s.q, lw.bq.as_deref());
         add_bias(&mut s.k, lw.bk.as_deref());
         add_bias(&mut s.v, lw.bv.as_deref());
         let sliding = cfg.is_sliding(il);
         let rope = if sliding { &s.rope_swa } else { &s.rope_global };
+        let style = cfg.rope_style;
+        let (q_norm, k_norm) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
+        par_rows(pool, &mut s.q, qd, &|r, row| {
+            rope_heads(
+                row,
+                hd,
+                rope.row(r),
+                q_norm,
+                Some(cfg.attn_scale),
+                eps,
+                style,
+            )
+        });
+        par_rows(pool, &mut s.k, kvd, &|r, row| {
+            rope_heads(row, hd, rope.row(r), k_norm, None, eps, style)
+        });
         for (r, query) in queries.iter().enumerate() {
-            let (cos, sin) = rope.row(r);
-            for head in s.q[r * qd..(r + 1) * qd].chunks_exact_mut(hd) {
-                if let Some(w) = &lw.q_norm {
-                    rms_norm(head, w, cfg.rms_eps);
-                }
-                rope_with(head, cos, sin, cfg.rope_style);
-                head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
-            }
-            for head in s.k[r * kvd..(r + 1) * kvd].chunks_exact_mut(hd) {
-                if let Some(w) = &lw.k_norm {
-                    rms_norm(head, w, cfg.rms_eps);
-                }
-                rope_with(head, cos, sin, cfg.rope_style);
-            }
             let off = kv.offset(il, query.blocks, query.pos);
             let (k_dst, v_dst) = kv.rows_mut(off);
             ferrox_kernels::f32_to_f16_slice(&s.k[r * kvd..(r + 1) * kvd], k_dst);
@@ -471,28 +503,90 @@ impl Model {
             head_dim: hd,
             window: sliding.then_some(cfg.sliding_window),
         };
-        attend(&self.pool, kv, shape, queries, &s.q, &mut s.att);
+        attend(pool, kv, shape, queries, &s.q, &mut s.att);
         self.matmul(&lw.wo, &s.att, n, &mut s.o);
-        if let Some(w) = &lw.post_attn_norm {
-            rms_norm_rows(&mut s.o, w, cfg.rms_eps);
-        }
-        add_into(x, &s.o);
+        residual(
+            pool,
+            &mut s.x,
+            &mut s.o,
+            d,
+            lw.post_attn_norm.as_deref(),
+            eps,
+        );
 
         // Feed-forward block.
-        s.h.copy_from_slice(x);
-        rms_norm_rows(&mut s.h, &lw.ffn_norm, cfg.rms_eps);
-        self.matmul(&lw.w_gate, &s.h, n, &mut s.gate);
-        self.matmul(&lw.w_up, &s.h, n, &mut s.up);
-        match cfg.activation {
-            Activation::GeluTanh => ferrox_kernels::gelu_tanh_mul(&mut s.gate, &s.up),
-            Activation::Silu => ferrox_kernels::silu_mul(&mut s.gate, &s.up),
-        }
+        let x = &s.x;
+        par_rows(pool, &mut s.h, d, &|r, h| {
+            h.copy_from_slice(&x[r * d..(r + 1) * d]);
+            rms_norm(h, &lw.ffn_norm, eps);
+        });
+        self.matmul_shared(
+            &mut s.acts,
+            &s.h,
+            n,
+            [(&lw.w_gate, &mut s.gate), (&lw.w_up, &mut s.up)],
+        );
+        let (up, ff) = (&s.up, cfg.n_ff);
+        par_rows(pool, &mut s.gate, ff, &|r, g| {
+            let u = &up[r * ff..(r + 1) * ff];
+            match cfg.activation {
+                Activation::GeluTanh => ferrox_kernels::gelu_tanh_mul(g, u),
+                Activation::Silu => ferrox_kernels::silu_mul(g, u),
+            }
+        });
         self.matmul(&lw.w_down, &s.gate, n, &mut s.o);
-        if let Some(w) = &lw.post_ffn_norm {
-            rms_norm_rows(&mut s.o, w, cfg.rms_eps);
-        }
-        add_into(x, &s.o);
+        residual(
+            pool,
+            &mut s.x,
+            &mut s.o,
+            d,
+            lw.post_ffn_norm.as_deref(),
+            eps,
+        );
     }
+}
+
+/// One row of queries or keys, head by head: the head's norm (Gemma 3, Qwen 3), RoPE, and for
+/// the queries the attention scale.
+fn rope_heads(
+    row: &mut [f32],
+    hd: usize,
+    (cos, sin): (&[f32], &[f32]),
+    norm: Option<&[f32]>,
+    scale: Option<f32>,
+    eps: f32,
+    style: crate::config::RopeStyle,
+) {
+    for head in row.chunks_exact_mut(hd) {
+        if let Some(w) = norm {
+            rms_norm(head, w, eps);
+        }
+        rope_with(head, cos, sin, style);
+        if let Some(a) = scale {
+            head.iter_mut().for_each(|v| *v *= a);
+        }
+    }
+}
+
+/// `x += norm(o)`, row by row: the block's output, normed where the architecture has a post
+/// norm (Gemma), added to the residual stream.
+fn residual(
+    pool: &ThreadPool,
+    x: &mut [f32],
+    o: &mut [f32],
+    d: usize,
+    norm: Option<&[f32]>,
+    eps: f32,
+) {
+    if let Some(w) = norm {
+        par_rows(pool, o, d, &|_, row| rms_norm(row, w, eps));
+    }
+    let o = &*o;
+    par_rows(pool, x, d, &|r, row| {
+        row.iter_mut()
+            .zip(&o[r * d..(r + 1) * d])
+            .for_each(|(a, &b)| *a += b)
+    });
 }
 
 /// Per-step activation buffers, sized for `n` rows by [`Scratch::resize`], and the step's
@@ -510,6 +604,8 @@ struct Scratch {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// `h` quantized once for the matrices that read it together (`Model::matmul_shared`).
+    acts: Activations,
 }
 
 impl Scratch {
@@ -539,8 +635,4 @@ fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
             row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
         }
     }
-}
-
-fn add_into(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);
 }

@@ -2,9 +2,53 @@
 //! GELU/SiLU gates are vector kernels in `ferrox_kernels`.)
 //!
 //! Each works on one row at a time with a fixed order of float operations, so a row's result
-//! never depends on which other rows share the step (batch invariance).
+//! never depends on which other rows share the step (batch invariance). [`par_rows`] spreads
+//! such a row operation over the thread pool: it decides only which thread computes a row.
+
+use ferrox_kernels::ThreadPool;
 
 use crate::config::RopeStyle;
+
+/// Rows from which [`par_rows`] hands the work to the pool (below, one thread does it: a
+/// decode step's few rows cost less than waking the pool).
+const PAR_MIN_ROWS: usize = 4;
+
+/// `f(r, row)` for every row `r` of `x` (rows of `width` values), the rows split into one
+/// contiguous range per pool thread. Between the big matmuls of a prefill step these row
+/// operations (norms, RoPE, the FFN gate) were the only serial work, ~9 % of the default
+/// model's prefill with the second thread waiting.
+pub fn par_rows(
+    pool: &ThreadPool,
+    x: &mut [f32],
+    width: usize,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
+    assert!(
+        width > 0 && x.len().is_multiple_of(width),
+        "x is not whole rows of {width}"
+    );
+    let n = x.len() / width;
+    let tasks = pool.n_threads().min(n);
+    if n < PAR_MIN_ROWS || tasks <= 1 {
+        for (r, row) in x.chunks_exact_mut(width).enumerate() {
+            f(r, row);
+        }
+        return;
+    }
+    struct Rows(*mut f32);
+    // SAFETY: each task touches only its own range of rows (below), disjoint from the others.
+    unsafe impl Sync for Rows {}
+    let rows = Rows(x.as_mut_ptr());
+    let rows = &rows;
+    pool.for_each(tasks, &|t| {
+        for r in n * t / tasks..n * (t + 1) / tasks {
+            // SAFETY: row `r` lies inside `x` (r < n) and belongs to this task alone; `x` is
+            // borrowed mutably for the whole call, which returns after every task.
+            let row = unsafe { std::slice::from_raw_parts_mut(rows.0.add(r * width), width) };
+            f(r, row);
+        }
+    });
+}
 
 /// RMSNorm of `x` in place: x / sqrt(mean(x²) + eps) * w.
 pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
