@@ -41,8 +41,8 @@ pub(crate) const ROWS: usize = 16;
 /// must be shared by enough rows to pay for itself, and without `vpdpbusd` the int8 step
 /// costs what the row-major kernels pay. One thread, 64 x 2048 from cache, ns per 32
 /// values and activation row (AMD EPYC with AVX-512, 2026-12-02; row-major ~0.44 at every
-/// n): `avx512` n=8 0.29, n=16 0.20, n=64 0.12; `avxvnni` 0.39, 0.30, 0.23; `avx2` 0.48,
-/// 0.38, 0.31.
+/// n): `avx512` n=8 0.29, n=16 0.20, n=64 0.12; `avxvnni` 0.39, 0.30, 0.23; `avx2` 0.47,
+/// 0.32, 0.24 (q4_K; q5_K/q6_K 0.48, 0.38, 0.31).
 pub(crate) fn min_rows(isa: Isa) -> usize {
     if isa.is_avx512() || isa.vnni256() {
         8
@@ -99,6 +99,9 @@ pub(crate) trait KPack: KQuant + Sync {
     /// which halves the integer multiplies; else 16.
     const GROUP_VALUES: usize = 16;
 
+    /// The largest unsigned quant (`2^bits - 1`): bounds the i16 sums of the AVX2 spelling.
+    const UMAX: i32;
+
     /// Decodes the super-block. The default goes through the scalar [`KQuant::decode`];
     /// the common formats override it with SIMD.
     ///
@@ -126,8 +129,12 @@ pub(crate) trait KPack: KQuant + Sync {
     }
 }
 
-impl KPack for BlockQ2K {}
-impl KPack for BlockQ3K {}
+impl KPack for BlockQ2K {
+    const UMAX: i32 = 3;
+}
+impl KPack for BlockQ3K {
+    const UMAX: i32 = 7;
+}
 
 /// Q4_K and Q5_K scales and mins (32-value groups; each min covers two 16-value bsums).
 #[inline(always)]
@@ -158,6 +165,7 @@ unsafe fn load32(src: &[u8]) -> __m256i {
 
 impl KPack for BlockQ4K {
     const GROUP_VALUES: usize = 32;
+    const UMAX: i32 = 15;
     #[inline(always)]
     unsafe fn unpack(&self, out: &mut Unpacked) {
         // SAFETY: AVX2, as the caller promised.
@@ -178,6 +186,7 @@ impl KPack for BlockQ4K {
 
 impl KPack for BlockQ5K {
     const GROUP_VALUES: usize = 32;
+    const UMAX: i32 = 31;
     #[inline(always)]
     unsafe fn unpack(&self, out: &mut Unpacked) {
         // SAFETY: AVX2, as the caller promised.
@@ -210,6 +219,7 @@ impl KPack for BlockQ5K {
 }
 
 impl KPack for BlockQ6K {
+    const UMAX: i32 = 63;
     #[inline(always)]
     unsafe fn unpack(&self, out: &mut Unpacked) {
         for n in 0..2 {
@@ -492,34 +502,51 @@ unsafe fn body<L: Lanes, B: KPack, const R: usize>(
                     raw[r] = L::mul_add(raw[r], s[r], sc);
                 }
             }
-            let mut bs = [L::zero_i(); R];
-            for k in 0..8 {
-                let b = L::load_i(p.bias[k].as_ptr().add(lane0));
-                for r in 0..R {
-                    let x = &xs[r][j].bsums;
-                    let pair = (x[2 * k] as u16 as u32) | ((x[2 * k + 1] as u16 as u32) << 16);
-                    bs[r] = L::dot2(bs[r], b, pair as i32);
-                }
-            }
-            let d = L::load_f(p.d.as_ptr().add(lane0));
-            let dmin = L::load_f(p.dmin.as_ptr().add(lane0));
-            for r in 0..R {
-                let dx = L::splat(xs[r][j].d);
-                // `k_accumulate`, lane by lane: acc + ((d*dx)*sumi - (dmin*dx)*summ), or
-                // acc + (d*dx)*sumi with sumi = raw - offset terms.
-                let step = if B::HAS_MIN {
-                    L::sub(
-                        L::mul(L::mul(d, dx), L::cvt(raw[r])),
-                        L::mul(L::mul(dmin, dx), L::cvt(bs[r])),
-                    )
-                } else {
-                    L::mul(L::mul(d, dx), L::cvt(L::sub_i(raw[r], bs[r])))
-                };
-                acc[r] = L::add(acc[r], step);
-            }
+            finish_superblock::<L, B, R>(p, lane0, xs, j, &raw, &mut acc);
         }
         for r in 0..R {
             L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+        }
+    }
+}
+
+/// The rest of super-block `j` for every activation row: the mins' (or offsets') dot with the
+/// activation block sums, then `k_accumulate`'s float step, lane by lane: `acc + ((d·dx)·sumi
+/// − (dmin·dx)·summ)`, or `acc + (d·dx)·sumi` with `sumi = raw − offset terms`.
+#[inline(always)]
+unsafe fn finish_superblock<L: Lanes, B: KPack, const R: usize>(
+    p: &Packed,
+    lane0: usize,
+    xs: &[&[BlockQ8K]; R],
+    j: usize,
+    raw: &[L::I; R],
+    acc: &mut [L::F; R],
+) {
+    // SAFETY: the features of `L`, as the caller promised; the pointers are into `Packed`
+    // arrays of ROWS lanes at `lane0 + L::N <= ROWS`.
+    unsafe {
+        let mut bs = [L::zero_i(); R];
+        for k in 0..8 {
+            let b = L::load_i(p.bias[k].as_ptr().add(lane0));
+            for r in 0..R {
+                let x = &xs[r][j].bsums;
+                let pair = (x[2 * k] as u16 as u32) | ((x[2 * k + 1] as u16 as u32) << 16);
+                bs[r] = L::dot2(bs[r], b, pair as i32);
+            }
+        }
+        let d = L::load_f(p.d.as_ptr().add(lane0));
+        let dmin = L::load_f(p.dmin.as_ptr().add(lane0));
+        for r in 0..R {
+            let dx = L::splat(xs[r][j].d);
+            let step = if B::HAS_MIN {
+                L::sub(
+                    L::mul(L::mul(d, dx), L::cvt(raw[r])),
+                    L::mul(L::mul(dmin, dx), L::cvt(bs[r])),
+                )
+            } else {
+                L::mul(L::mul(d, dx), L::cvt(L::sub_i(raw[r], bs[r])))
+            };
+            acc[r] = L::add(acc[r], step);
         }
     }
 }
@@ -546,8 +573,82 @@ unsafe fn group_avx2<B: KPack, const R: usize>(
 ) {
     // SAFETY: as the caller promised.
     unsafe {
-        body::<Y256<Pairs>, B, R>(pk, 0, xs, out);
-        body::<Y256<Pairs>, B, R>(pk, 8, xs, out);
+        if pairs_run::<B>() >= 8 {
+            body_pairs::<B, R>(pk, 0, xs, out);
+            body_pairs::<B, R>(pk, 8, xs, out);
+        } else {
+            body::<Y256<Pairs>, B, R>(pk, 0, xs, out);
+            body::<Y256<Pairs>, B, R>(pk, 8, xs, out);
+        }
+    }
+}
+
+/// Chunks whose i16 pair sums add without overflow in [`body_pairs`] (each pair is at most
+/// `2 · UMAX · 127`), at most a group's. Where fewer than eight fit (all but Q4_K), the i16
+/// sums save less than they cost and [`body`] runs instead (one thread, 64 × 2048, n = 64, ns
+/// per 32 values × row: q4_K 0.31 → 0.24, q5_K 0.32 → 0.31, q6_K 0.33 → 0.37).
+const fn pairs_run<B: KPack>() -> usize {
+    let fit = (i16::MAX as i32 / (2 * B::UMAX * 127)) as usize;
+    let group = B::GROUP_VALUES / 4;
+    if fit < group {
+        fit
+    } else {
+        group
+    }
+}
+
+/// [`body`] for plain AVX2, eight lanes from `lane0`. Without `vpdpbusd` the int8 step is
+/// `maddubs` (pairs of products into i16) and `madd` (into i32); here the i16 pairs of several
+/// chunks are added first, as many as cannot overflow (`B::UMAX`: Q4_K eight chunks, Q6_K
+/// two), and one `madd` with the group scale in both halves of each lane turns them into
+/// `sc · Σ` in i32: a third fewer operations than a `madd` by ones per chunk and a multiply
+/// per group (Q4_K only: see [`pairs_run`]). The integers are the same (exact), so the bits
+/// are.
+#[inline(always)]
+unsafe fn body_pairs<B: KPack, const R: usize>(
+    pk: &[Packed],
+    lane0: usize,
+    xs: &[&[BlockQ8K]; R],
+    out: &mut [[f32; ROWS]; R],
+) {
+    type L = Y256<Pairs>;
+    assert!(lane0 + 8 <= ROWS, "lanes {lane0}.. outside the group");
+    let chunks_per_group = B::GROUP_VALUES / 4;
+    let groups = QK_K / B::GROUP_VALUES;
+    let run = pairs_run::<B>();
+    assert!(run >= 1, "a chunk's pairs fit in i16");
+    // SAFETY (every intrinsic below): AVX2, as the caller promised; every pointer is into
+    // `Packed` arrays of ROWS lanes at `lane0 + 8 <= ROWS`.
+    unsafe {
+        let mut acc = [L::zero_f(); R];
+        for (j, p) in pk.iter().enumerate() {
+            let mut raw = [_mm256_setzero_si256(); R];
+            for g in 0..groups {
+                let sc = L::load_i(p.sc[g].as_ptr().add(lane0));
+                let sc16 = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+                let mut c = g * chunks_per_group;
+                let end = c + chunks_per_group;
+                while c < end {
+                    let stop = (c + run).min(end);
+                    let mut s16 = [_mm256_setzero_si256(); R];
+                    for cc in c..stop {
+                        let w = L::load_i(p.q[cc].as_ptr().add(4 * lane0).cast());
+                        for r in 0..R {
+                            let x = _mm256_set1_epi32(word(&xs[r][j].qs, cc));
+                            s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(w, x));
+                        }
+                    }
+                    for r in 0..R {
+                        raw[r] = _mm256_add_epi32(raw[r], _mm256_madd_epi16(s16[r], sc16));
+                    }
+                    c = stop;
+                }
+            }
+            finish_superblock::<L, B, R>(p, lane0, xs, j, &raw, &mut acc);
+        }
+        for r in 0..R {
+            L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+        }
     }
 }
 

@@ -68,7 +68,8 @@
 //!
 //! The K-quants from eight rows on (`kgemm`), re-measured on an AMD EPYC with AVX-512 VNNI
 //! (2026-12-02), q4_K 64 × 2048, row-major 0.44 at every n: n = 16 / 64 — `avx512` 0.20 /
-//! 0.12, `avxvnni` 0.30 / 0.23, `avx2` 0.38 / 0.31 (q5_K and q6_K within 0.01 of q4_K).
+//! 0.12, `avxvnni` 0.30 / 0.23, `avx2` 0.32 / 0.24 (q4_K's i16 sums; q5_K and q6_K 0.38 /
+//! 0.31 there, within 0.01 of each other elsewhere).
 //!
 //! `gemm8` (from 8 activation rows) decodes eight weight rows once into chunks whose lane `i`
 //! is row `i`, so a (block, row) costs broadcast + maddubs + madd + cvt + fma and no

@@ -132,13 +132,14 @@ fn batch_and_thread_invariance() {
 
 /// Every ISA spelling the machine has (`Isa::available`: AVX2, AVX-VNNI, AVX-512) gives the
 /// scalar kernels' bits for the quantized types, below and above the batch sizes where the
-/// lane-major kernels take over, with a row count that leaves a partial group of rows.
+/// lane-major kernels take over (8 rows; 16 on plain AVX2), with a row count that leaves a
+/// partial group of rows.
 #[test]
 fn every_isa_spelling_matches_scalar() {
     let mut rng = StdRng::seed_from_u64(12);
     let pool = ThreadPool::new(2);
     for ty in MATMUL_TYPES {
-        for n in [6, 8, 13] {
+        for n in [6, 8, 13, 17] {
             let (rows, cols) = (19, cols_for(ty));
             let (bytes, _) = random_matrix(&mut rng, ty, rows, cols);
             let w = QMatrix::new(ty, &bytes, rows, cols);
