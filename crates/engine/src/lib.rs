@@ -30,4 +30,4 @@ pub use error::EngineError;
 /// The kernels' thread pool, which a server shares between its models ([`Model::load_in`]).
 pub use ferrox_kernels::ThreadPool;
 pub use kv::{BlockId, KvCache, KvShape, SeqChunk};
-pub use model::Model;
+pub use model::{release_freed_memory, Model};

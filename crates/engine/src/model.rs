@@ -68,22 +68,30 @@ pub struct Model {
     _trim: TrimOnDrop,
 }
 
-/// Returns the process's free heap pages to the kernel when a model is dropped (glibc keeps
-/// freed blocks in the dropping thread's arena). The scheduler's worker does the same when
-/// it ends, but the last handle on a model may be dropped later, on another thread (a
-/// request that pinned it, the registry), and what it frees then would stay resident: an
-/// unload or a hot swap left ~30 MB behind now and then
+/// Returns the process's free heap pages to the kernel when a model is dropped. The
+/// scheduler's worker does the same when it ends, but the last handle on a model may be
+/// dropped later, on another thread (a request that pinned it, the registry), and what it
+/// frees then would stay resident: an unload or a hot swap left ~30 MB behind now and then
 /// (`tests/models.rs::unload_and_hot_swap_give_the_memory_back`).
 struct TrimOnDrop;
 
 impl Drop for TrimOnDrop {
     fn drop(&mut self) {
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no
-        // memory in use.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        release_freed_memory();
+    }
+}
+
+/// Hands memory the process has freed back to the operating system. An unloaded model's KV
+/// cache and step buffers are large blocks freed by several threads; glibc keeps freed
+/// blocks in each thread's arena (and, once a large block has been freed, serves blocks of
+/// that size from the arenas rather than from their own mappings), so without this an
+/// unload or a hot swap left tens of megabytes resident until the process ended.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no memory
+    // in use.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -480,11 +488,7 @@ impl Model {
         let eps = cfg.rms_eps;
 
         // Attention block.
-        let x = &s.x;
-        par_rows(pool, &mut s.h, d, &|r, h| {
-            h.copy_from_slice(&x[r * d..(r + 1) * d]);
-            rms_norm(h, &lw.attn_norm, eps);
-        });
+        normed(pool, &mut s.h, &s.x, d, &lw.attn_norm, eps);
         self.matmul_shared(
             &mut s.acts,
             &s.h,
@@ -537,11 +541,7 @@ impl Model {
         );
 
         // Feed-forward block.
-        let x = &s.x;
-        par_rows(pool, &mut s.h, d, &|r, h| {
-            h.copy_from_slice(&x[r * d..(r + 1) * d]);
-            rms_norm(h, &lw.ffn_norm, eps);
-        });
+        normed(pool, &mut s.h, &s.x, d, &lw.ffn_norm, eps);
         self.matmul_shared(
             &mut s.acts,
             &s.h,
@@ -566,6 +566,14 @@ impl Model {
             eps,
         );
     }
+}
+
+/// `h = norm(x)`, row by row: a block's input.
+fn normed(pool: &ThreadPool, h: &mut [f32], x: &[f32], d: usize, w: &[f32], eps: f32) {
+    par_rows(pool, h, d, &|r, h| {
+        h.copy_from_slice(&x[r * d..(r + 1) * d]);
+        rms_norm(h, w, eps);
+    });
 }
 
 /// One row of queries or keys, head by head: the head's norm (Gemma 3, Qwen 3), RoPE, and for

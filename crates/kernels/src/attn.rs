@@ -329,15 +329,7 @@ mod avx2 {
             i += 16;
         }
         // Remainder: the same per-element fused sequence.
-        for r in 0..R {
-            for t in d16..d {
-                let mut s = acc[r * d + t];
-                for (j, v) in vs.iter().enumerate() {
-                    s = p[r * n + j].mul_add(v[t].to_f32(), s);
-                }
-                acc[r * d + t] = s;
-            }
-        }
+        accumulate_tail::<R>(acc, d, p, vs, d16);
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -404,6 +396,29 @@ mod avx2 {
         let z = _mm256_sub_ps(_mm256_setzero_ps(), x);
         let one = _mm256_set1_ps(1.0);
         _mm256_div_ps(x, _mm256_add_ps(one, exp8(z)))
+    }
+}
+
+/// Elements `from..d` of the value sums of `R` rows (rows of `d` in `acc`, `vs.len()` weights
+/// per row in `p`), one at a time: the fused sequence every SIMD kernel's lanes follow, for
+/// the columns past their last full vector.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn accumulate_tail<const R: usize>(
+    acc: &mut [f32],
+    d: usize,
+    p: &[f32],
+    vs: &[&[f16]],
+    from: usize,
+) {
+    let n = vs.len();
+    for r in 0..R {
+        for t in from..d {
+            let mut s = acc[r * d + t];
+            for (j, v) in vs.iter().enumerate() {
+                s = p[r * n + j].mul_add(v[t].to_f32(), s);
+            }
+            acc[r * d + t] = s;
+        }
     }
 }
 

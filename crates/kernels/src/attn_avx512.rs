@@ -34,15 +34,7 @@ pub fn accumulate<const R: usize>(acc: &mut [f32], d: usize, p: &[f32], vs: &[&[
         unsafe { columns::<R, 1>(acc, d, p, vs, i) };
         i += 16;
     }
-    for r in 0..R {
-        for t in i..d {
-            let mut s = acc[r * d + t];
-            for (j, v) in vs.iter().enumerate() {
-                s = p[r * n + j].mul_add(v[t].to_f32(), s);
-            }
-            acc[r * d + t] = s;
-        }
-    }
+    crate::attn::accumulate_tail::<R>(acc, d, p, vs, i);
 }
 
 /// Elements `i .. i + 16 W` of the `R` rows of `acc`, over every key.

@@ -73,7 +73,7 @@ impl Scheduler {
                 );
                 // Consumes the worker: the KV cache and every step buffer are freed here.
                 worker.run(commands);
-                release_freed_memory();
+                ferrox_engine::release_freed_memory();
             })?;
         Ok(SchedulerHandle {
             inner: Arc::new(HandleInner {
@@ -86,20 +86,6 @@ impl Scheduler {
                 shared,
             }),
         })
-    }
-}
-
-/// Hands memory the process has freed back to the operating system. An unloaded model's KV
-/// cache and step buffers are large blocks freed by several threads; glibc keeps freed
-/// blocks in each thread's arena (and, once a large block has been freed, serves blocks of
-/// that size from the arenas rather than from their own mappings), so without this an
-/// unload or a hot swap left tens of megabytes resident until the process ended.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the kernel; it touches no memory
-    // in use.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
