@@ -119,7 +119,7 @@ impl Encoder<'_> {
     /// Checks that every chunk is a whole sequence from position 0 that asks for no logits.
     pub fn validate(&self, chunks: &[SeqChunk]) -> Result<(), EngineError> {
         for c in chunks {
-            if c.want_logits {
+            if c.logit_rows > 0 {
                 return Err(EngineError::EncoderStep("has no logits"));
             }
             if c.start_pos != 0 {

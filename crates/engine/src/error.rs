@@ -34,6 +34,8 @@ pub enum EngineError {
         block_index: usize,
         n_blocks: usize,
     },
+    #[error("a chunk of {tokens} tokens cannot return logits for its last {logit_rows}")]
+    TooManyLogitRows { logit_rows: usize, tokens: usize },
     #[error("block id {block} is outside the KV cache of {n_blocks} blocks")]
     BlockOutOfRange { block: u32, n_blocks: usize },
     /// An encoder's step: a chunk that is not a whole sequence from position 0, or one that

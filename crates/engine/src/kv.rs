@@ -32,8 +32,12 @@ pub struct SeqChunk<'a> {
     pub tokens: &'a [u32],
     pub start_pos: usize,
     pub blocks: &'a [BlockId],
-    /// Whether the step should return logits for the chunk's last token.
-    pub want_logits: bool,
+    /// How many of the chunk's last tokens the step returns logits for: 0 (a prompt chunk
+    /// that does not end the prompt), 1 (a prompt's last chunk, a decode) or `k + 1` (a
+    /// decode row verifying `k` drafted tokens: every drafted position's next-token
+    /// distribution, bit for bit what decoding them one at a time would give). At most
+    /// `tokens.len()`.
+    pub logit_rows: usize,
     /// Whether the step should return the final hidden state (after the output norm) of
     /// every token of the chunk: what an embedding pools.
     pub want_hidden: bool,

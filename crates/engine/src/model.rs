@@ -204,11 +204,11 @@ impl Model {
     }
 
     /// Runs one step over every chunk (each a sequence's next tokens at its next positions)
-    /// and returns, flat, one row of `vocab_size` logits per chunk with `want_logits`, in
-    /// chunk order. Chunks must belong to distinct sequences (distinct blocks).
+    /// and returns, flat, `vocab_size` logits for each of the last `logit_rows` tokens of
+    /// every chunk, in chunk and token order. Chunks must belong to distinct sequences (distinct blocks).
     ///
     /// A step of more than [`MAX_STEP_ROWS`] tokens runs as consecutive sub-steps (long
-    /// chunks split at that many tokens, logits only from a chunk's last piece): the same
+    /// chunks split at that many tokens, each piece returning the logit rows it holds): the same
     /// numbers, since a sequence's logits do not depend on how its prompt is chunked, and
     /// activation memory bounded by the sub-step instead of growing with the prompt.
     pub fn forward_multi_seq(
@@ -263,7 +263,7 @@ impl Model {
                 return Ok(());
             }
         };
-        let n_out = chunks.iter().filter(|c| c.want_logits).count();
+        let n_out: usize = chunks.iter().map(|c| c.logit_rows).sum();
         // Every element is overwritten below, so a reused buffer is not zeroed again (resize
         // only fills what it adds, or truncates).
         logits.resize(n_out * self.config.n_vocab, 0.0);
@@ -275,12 +275,14 @@ impl Model {
             let mut done = 0;
             loop {
                 let take = (c.tokens.len() - done).min(MAX_STEP_ROWS - rows);
-                let last = done + take == c.tokens.len();
+                // The chunk's logit rows are its last tokens, so this piece's are its last.
+                let first_logit = c.tokens.len() - c.logit_rows;
+                let logit_rows = (done + take).saturating_sub(first_logit.max(done));
                 piece.push(SeqChunk {
                     tokens: &c.tokens[done..done + take],
                     start_pos: c.start_pos + done,
                     blocks: c.blocks,
-                    want_logits: c.want_logits && last,
+                    logit_rows,
                     want_hidden: c.want_hidden,
                 });
                 rows += take;
@@ -358,9 +360,7 @@ impl Model {
         let mut row = 0;
         for c in chunks {
             row += c.tokens.len();
-            if c.want_logits {
-                last.extend_from_slice(&x[(row - 1) * d..row * d]);
-            }
+            last.extend_from_slice(&x[(row - c.logit_rows) * d..row * d]);
         }
         let n_out = last.len() / d;
         rms_norm_rows(&mut last, &weights.output_norm, cfg.rms_eps);
@@ -387,6 +387,12 @@ impl Model {
                         vocab_size: self.config.n_vocab,
                     });
                 }
+            }
+            if c.logit_rows > c.tokens.len() {
+                return Err(EngineError::TooManyLogitRows {
+                    logit_rows: c.logit_rows,
+                    tokens: c.tokens.len(),
+                });
             }
             if c.tokens.is_empty() {
                 continue;

@@ -64,7 +64,7 @@ fn run(
                         tokens: &p[done[s]..end],
                         start_pos: done[s],
                         blocks: &tables[s],
-                        want_logits: end == p.len(),
+                        logit_rows: usize::from(end == p.len()),
                         want_hidden: false,
                     });
                     if end == p.len() {
@@ -91,7 +91,7 @@ fn run(
                     tokens: t,
                     start_pos: prompts[s].len() + step,
                     blocks: &tables[s],
-                    want_logits: true,
+                    logit_rows: 1,
                     want_hidden: false,
                 })
                 .collect();
@@ -170,5 +170,61 @@ fn steps_longer_than_the_row_limit_give_the_same_logits() {
         let lens = [MAX_STEP_ROWS + 72, 90, 30];
         assert!(lens.iter().sum::<usize>() > 2 * MAX_STEP_ROWS);
         check(&m, &prompts(&lens, 320), 3, &[7]);
+    }
+}
+
+/// Every position's logits, two ways: each sequence one token per step, alone; and every
+/// sequence's whole prompt as ONE chunk per step, all sequences together, logits for every
+/// token (`logit_rows = len`, how a decode row verifies drafted tokens).
+fn every_position(m: &Model, ps: &[Vec<u32>], whole: bool) -> Vec<Vec<f32>> {
+    let mut kv: KvCache = m.new_kv_cache(BS, ps.len() * PER_SEQ as usize);
+    let tables: Vec<Vec<u32>> = (0..ps.len()).map(table).collect();
+    if whole {
+        let chunks: Vec<SeqChunk> = ps
+            .iter()
+            .zip(&tables)
+            .map(|(p, t)| SeqChunk {
+                tokens: p,
+                start_pos: 0,
+                blocks: t,
+                logit_rows: p.len(),
+                want_hidden: false,
+            })
+            .collect();
+        return vec![m.forward_multi_seq(&mut kv, &chunks).unwrap()];
+    }
+    let mut out = vec![Vec::new(); ps.len()];
+    for (s, p) in ps.iter().enumerate() {
+        for (i, t) in p.iter().enumerate() {
+            let chunk = SeqChunk {
+                tokens: std::slice::from_ref(t),
+                start_pos: i,
+                blocks: &tables[s],
+                logit_rows: 1,
+                want_hidden: false,
+            };
+            out[s].extend(m.forward_multi_seq(&mut kv, &[chunk]).unwrap());
+        }
+    }
+    vec![out.concat()]
+}
+
+/// What speculative decoding's exactness rests on: a chunk's logits at every position (the
+/// lane-major kernels from eight rows on, a piece boundary past `MAX_STEP_ROWS`) are the bits
+/// that decoding those tokens one at a time gives.
+#[test]
+fn logits_of_every_position_equal_one_token_steps() {
+    use ferrox_engine::model::MAX_STEP_ROWS;
+    for (arch, ty) in [
+        (Arch::Gemma3, GgmlType::Q4_K),
+        (Arch::Qwen3, GgmlType::Q8_0),
+        (Arch::Llama, GgmlType::Q6_K),
+    ] {
+        let m = synthetic::load(&SyntheticSpec::tiny(arch, 13).quantized(ty), 2).unwrap();
+        let ps = prompts(&[9, 1, 17, MAX_STEP_ROWS + 5], 320);
+        assert!(
+            every_position(&m, &ps, true) == every_position(&m, &ps, false),
+            "{arch:?} {ty:?}: a position's logits depend on the chunk it is verified in"
+        );
     }
 }

@@ -140,7 +140,7 @@ fn encode(model: &Model, seqs: &[&[u32]]) -> Vec<f32> {
             tokens,
             start_pos: 0,
             blocks,
-            want_logits: false,
+            logit_rows: 0,
             want_hidden: true,
         })
         .collect();
@@ -208,12 +208,12 @@ fn an_encoder_step_must_be_whole_sequences_without_logits() {
     let model = Model::from_gguf(GgufFile::from_bytes(build_gguf(&spec(5))).unwrap(), 1).unwrap();
     let mut kv = model.new_kv_cache(16, 4);
     let tokens = [5u32, 6, 7];
-    for (start_pos, want_logits) in [(1, false), (0, true)] {
+    for (start_pos, logit_rows) in [(1, 0), (0, 1)] {
         let chunk = SeqChunk {
             tokens: &tokens,
             start_pos,
             blocks: &[0],
-            want_logits,
+            logit_rows,
             want_hidden: true,
         };
         let (mut l, mut h) = (Vec::new(), Vec::new());

@@ -53,7 +53,7 @@ fn prefill(m: &Model, kv: &mut KvCache, blocks: &[u32], prompt: &[u32]) -> Vec<f
         tokens: prompt,
         start_pos: 0,
         blocks,
-        want_logits: true,
+        logit_rows: 1,
         want_hidden: false,
     };
     m.forward_multi_seq(kv, &[chunk]).unwrap()
@@ -107,7 +107,7 @@ fn greedy_continuations_match_llama_cpp() {
                 tokens: &[t],
                 start_pos: prompt.len() + i,
                 blocks: &blocks,
-                want_logits: true,
+                logit_rows: 1,
                 want_hidden: false,
             };
             logits = m.forward_multi_seq(&mut kv, &[chunk]).unwrap();

@@ -209,7 +209,7 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
                 tokens: &ids,
                 start_pos: 0,
                 blocks: &blocks,
-                want_logits: true,
+                logit_rows: 1,
                 want_hidden: false,
             }],
         )

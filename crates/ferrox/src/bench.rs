@@ -65,7 +65,7 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
             tokens: &toks,
             start_pos: 0,
             blocks: table,
-            want_logits: n_gen > 0,
+            logit_rows: usize::from(n_gen > 0),
             want_hidden: false,
         };
         m.forward_multi_seq(&mut kv, &[chunk]).expect("prefill");
@@ -83,7 +83,7 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
                 tokens: t,
                 start_pos: prompt.max(1) + step,
                 blocks: table,
-                want_logits: true,
+                logit_rows: 1,
                 want_hidden: false,
             })
             .collect();

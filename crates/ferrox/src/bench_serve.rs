@@ -14,7 +14,8 @@
 //!
 //! That load is `--scenario load`, the default. `--scenario conversation` and
 //! `--scenario shared-prefix` reuse prompts on purpose (a chat resending its history, many
-//! users behind one system prompt): see `bench_reuse`. Every scenario times its requests
+//! users behind one system prompt): see `bench_reuse`. `--scenario code-edit`, `extract` and
+//! `chat` measure speculative decoding, on against off: see `bench_spec`. Every scenario times its requests
 //! with the one streaming reader here, `stream`, over either route.
 
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use serde_json::{json, Value};
 
 use crate::bench_reuse;
 use crate::bench_route::Route;
+use crate::bench_spec::{self, SpecMode};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchServeArgs {
@@ -39,7 +41,7 @@ pub struct BenchServeArgs {
     #[arg(long, value_enum, default_value_t = Scenario::Load)]
     pub scenario: Scenario,
     /// The protocol to send through [default: completions for load, chat otherwise]; the
-    /// conversation and shared-prefix scenarios take the chat-shaped routes only.
+    /// conversation, shared-prefix and speculation scenarios take the chat-shaped routes only.
     #[arg(long, value_enum)]
     pub route: Option<Route>,
     /// Constrain every output to this JSON schema (a file), as the route spells it:
@@ -76,6 +78,10 @@ pub struct BenchServeArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The speculation scenarios' requests: each round with `"speculative": false` and
+    /// without it, interleaved (both), or one of them (for a server without the switch).
+    #[arg(long, value_enum, default_value_t = SpecMode::Both)]
+    pub spec: SpecMode,
 }
 
 /// The load `ferrox bench serve` generates.
@@ -87,6 +93,12 @@ pub enum Scenario {
     Conversation,
     /// N concurrent chats behind one system prompt, each with its own question.
     SharedPrefix,
+    /// A source file returned whole with a small change (speculative decoding).
+    CodeEdit,
+    /// A section quoted verbatim, a JSON config returned with one value changed.
+    Extract,
+    /// Free-form questions: little to draft from.
+    Chat,
 }
 
 impl BenchServeArgs {
@@ -96,6 +108,7 @@ impl BenchServeArgs {
             Scenario::Load => 128,
             Scenario::Conversation => 16,
             Scenario::SharedPrefix => 32,
+            s => bench_spec::default_max_tokens(s),
         })
     }
 
@@ -114,6 +127,8 @@ impl BenchServeArgs {
         match (self.concurrency.is_empty(), self.scenario) {
             (false, _) => self.concurrency.clone(),
             (true, Scenario::SharedPrefix) => vec![16],
+            (true, Scenario::Chat) => vec![1, 16],
+            (true, Scenario::CodeEdit | Scenario::Extract) => vec![1],
             (true, _) => vec![1, 4, 8, 16],
         }
     }
@@ -145,8 +160,11 @@ impl BenchServeArgs {
             serde_json::from_str::<Value>(&text).map_err(|e| format!("{}: {e}", p.display()))?;
         }
         if self.scenario != Scenario::Load && !self.route().is_chat() {
-            return Err("the conversation and shared-prefix scenarios send chats: use                         --route chat, messages, responses or ollama"
-                .into());
+            return Err(
+                "this scenario sends chats: use --route chat, messages, responses or \
+                        ollama"
+                    .into(),
+            );
         }
         if self.scenario == Scenario::Conversation {
             if !self.concurrency.is_empty() {
@@ -183,6 +201,9 @@ pub struct RequestTiming {
     pub prompt_tokens: Option<usize>,
     /// The reply's text, every chunk's joined (a conversation sends it back).
     pub text: String,
+    /// Drafted tokens accepted and rejected, where the usage reports them (OpenAI's
+    /// `completion_tokens_details.{accepted,rejected}_prediction_tokens`).
+    pub drafts: Option<(usize, usize)>,
 }
 
 /// One level's results.
@@ -222,6 +243,7 @@ pub fn bench_serve(args: BenchServeArgs) -> Result<(), String> {
             Scenario::Load => load(&endpoint, &args).await,
             Scenario::Conversation => bench_reuse::conversation(&endpoint, &args).await,
             Scenario::SharedPrefix => bench_reuse::shared_prefix(&endpoint, &args).await,
+            _ => bench_spec::run(&endpoint, &args).await,
         }
     })
 }
@@ -412,6 +434,11 @@ async fn stream(endpoint: &Endpoint, request: &Request) -> Result<RequestTiming,
         if let Some(u) = route.usage(&chunk) {
             usage_tokens = Some(u.output_tokens);
             timing.prompt_tokens = u.prompt_tokens;
+        }
+        if let Some(d) = chunk.pointer("/usage/completion_tokens_details") {
+            let count = |k: &str| d[k].as_u64().map(|v| v as usize);
+            timing.drafts =
+                count("accepted_prediction_tokens").zip(count("rejected_prediction_tokens"));
         }
         let text = route.text(&chunk).filter(|t| !t.is_empty());
         if let Some(text) = text {

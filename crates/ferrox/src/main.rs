@@ -6,6 +6,7 @@ mod bench_model;
 mod bench_reuse;
 mod bench_route;
 mod bench_serve;
+mod bench_spec;
 mod chat;
 mod inspect;
 mod ps;

@@ -71,6 +71,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         constraint: None,
         embedding: None,
         group: None,
+        speculation: Default::default(),
     };
     let mut stream = sched.submit(request).map_err(|e| e.to_string())?;
     let mut top = Vec::new();

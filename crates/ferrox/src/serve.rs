@@ -70,6 +70,18 @@ pub struct ServeArgs {
     /// prompt is computed in full, nothing is shared between requests.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Speculative decoding (llama-server's flag): `ngram` drafts each row's next tokens
+    /// from its own prompt and output and verifies them in the same step; `none` turns it
+    /// off [default: ngram]. It never changes the tokens drawn, only how many steps they take.
+    #[arg(long = "spec-type", env = "FERROX_SPEC_TYPE")]
+    pub spec_type: Option<String>,
+    /// Most drafted tokens a row verifies per step [default: 16].
+    #[arg(long = "spec-draft-n-max", env = "FERROX_SPEC_N_MAX")]
+    pub spec_draft_n_max: Option<usize>,
+    /// Fewer drafted tokens than this are not verified [default: 0: the measured step costs
+    /// decide].
+    #[arg(long = "spec-draft-n-min", env = "FERROX_SPEC_N_MIN")]
+    pub spec_draft_n_min: Option<usize>,
     /// Most requests waiting for a slot; more get 503 [default: 256].
     #[arg(long, env = "FERROX_CB_MAX_QUEUE")]
     pub max_queue: Option<usize>,
@@ -182,15 +194,24 @@ impl ServeArgs {
         if self.ctx_size.is_some() {
             c.max_context_tokens = self.ctx_size;
         }
-        // The two switches parse as the scheduler's own reader parses them.
+        // The switches parse as the scheduler's own reader parses them.
         let switches = SchedulerConfig::from_lookup(|var| match var {
-            "FERROX_PREFIX_CACHE" => std::env::var(var).ok(),
+            "FERROX_PREFIX_CACHE" | "FERROX_SPEC_ADAPTIVE" => std::env::var(var).ok(),
             "FERROX_CB_PREFILL_ORDER" => self.prefill_order.clone(),
+            "FERROX_SPEC_TYPE" => self.spec_type.clone(),
             _ => None,
         })
         .map_err(|e| e.to_string())?;
         c.prefix_cache = switches.prefix_cache && !self.no_prefix_cache;
         c.prefill_order = switches.prefill_order;
+        c.speculation.kind = switches.speculation.kind;
+        c.speculation.adaptive = switches.speculation.adaptive;
+        if let Some(n) = self.spec_draft_n_max {
+            c.speculation.n_max = n;
+        }
+        if let Some(n) = self.spec_draft_n_min {
+            c.speculation.n_min = n;
+        }
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }

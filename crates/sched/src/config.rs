@@ -54,6 +54,59 @@ pub struct SchedulerConfig {
     /// Which prefilling row gets the tick's prompt chunk. `FERROX_CB_PREFILL_ORDER`
     /// (`oldest` or `round-robin`), default oldest: docs/SCHEDULER.md has the measurement.
     pub prefill_order: PrefillOrder,
+    /// Speculative decoding (`crate::speculate`): which drafter, and how long a draft may be.
+    pub speculation: SpecConfig,
+}
+
+/// The server's speculative decoding: llama-server's `--spec-type`, `--spec-draft-n-max`,
+/// `--spec-draft-n-min`. A request may lower or raise its own limits, or turn it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecConfig {
+    pub kind: SpecKind,
+    /// Most drafted tokens a row verifies in one step. `FERROX_SPEC_N_MAX`, default 16
+    /// (llama-server's): past that a draft is rarely still right on a CPU-sized model.
+    pub n_max: usize,
+    /// Fewer drafted tokens than this are not verified. `FERROX_SPEC_N_MIN`, default 0: the
+    /// measured cost model decides (`crate::speculate`).
+    pub n_min: usize,
+    /// Let measured step costs and acceptance decide how much of each draft to verify
+    /// (`crate::speculate`); `false` verifies every draft up to `n_max`, as llama-server
+    /// does. `FERROX_SPEC_ADAPTIVE` (`0` turns it off), default on; off is for measuring the
+    /// cost model against, and for tests that must see drafts verified whatever the timing.
+    pub adaptive: bool,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        Self {
+            kind: SpecKind::Ngram,
+            n_max: 16,
+            n_min: 0,
+            adaptive: true,
+        }
+    }
+}
+
+/// Where drafted tokens come from. `FERROX_SPEC_TYPE`, default `ngram`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecKind {
+    /// No speculation: every row decodes one token per step.
+    None,
+    /// Prompt lookup: the continuation of the row's latest earlier n-gram (`crate::draft`).
+    Ngram,
+}
+
+impl SpecKind {
+    /// The names `--spec-type` and `FERROX_SPEC_TYPE` take.
+    pub const NAMES: &'static str = "none, ngram";
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "none" | "off" => Some(Self::None),
+            "ngram" | "ngram-simple" | "prompt-lookup" => Some(Self::Ngram),
+            _ => None,
+        }
+    }
 }
 
 /// Which prompt the tick's one prefill chunk goes to.
@@ -79,9 +132,14 @@ impl Default for SchedulerConfig {
             log_every_decode_steps: 256,
             prefix_cache: true,
             prefill_order: PrefillOrder::Oldest,
+            speculation: SpecConfig::default(),
         }
     }
 }
+
+/// The longest draft a row may verify in one step, server-wide or per request: a step's
+/// positions are bounded, and past this a draft is wasted work on any model.
+pub const MAX_DRAFT_TOKENS: usize = 64;
 
 /// A knob that cannot work; names it and the value given.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +163,11 @@ pub enum ConfigError {
         value: String,
         expected: &'static str,
     },
+    #[error(
+        "speculative draft limits n_min {n_min}, n_max {n_max}: need n_min <= n_max <= {}",
+        MAX_DRAFT_TOKENS
+    )]
+    DraftLimits { n_min: usize, n_max: usize },
     #[error("could not start the scheduler worker thread: {0}")]
     Spawn(#[from] std::io::Error),
 }
@@ -148,6 +211,12 @@ impl SchedulerConfig {
         if let Some(n) = number("FERROX_CB_MAX_CONTEXT")? {
             c.max_context_tokens = Some(n as usize);
         }
+        if let Some(n) = number("FERROX_SPEC_N_MAX")? {
+            c.speculation.n_max = n as usize;
+        }
+        if let Some(n) = number("FERROX_SPEC_N_MIN")? {
+            c.speculation.n_min = n as usize;
+        }
         let choice = |var: &'static str, expected: &'static str| {
             lookup(var).map(|value| {
                 let v = value.trim().to_ascii_lowercase();
@@ -171,6 +240,16 @@ impl SchedulerConfig {
                 "round-robin" => PrefillOrder::RoundRobin,
                 _ => return Err(err(v)),
             };
+        }
+        if let Some((v, err)) = choice("FERROX_SPEC_ADAPTIVE", "1, 0, on, off, true, false") {
+            c.speculation.adaptive = match v.as_str() {
+                "1" | "on" | "true" => true,
+                "0" | "off" | "false" => false,
+                _ => return Err(err(v)),
+            };
+        }
+        if let Some((v, err)) = choice("FERROX_SPEC_TYPE", SpecKind::NAMES) {
+            c.speculation.kind = SpecKind::parse(&v).ok_or_else(|| err(v))?;
         }
         c.validate()?;
         Ok(c)
@@ -196,6 +275,13 @@ impl SchedulerConfig {
             if value == 0 {
                 return Err(ConfigError::Zero { field, value });
             }
+        }
+        let spec = self.speculation;
+        if spec.n_max > MAX_DRAFT_TOKENS || spec.n_min > spec.n_max {
+            return Err(ConfigError::DraftLimits {
+                n_min: spec.n_min,
+                n_max: spec.n_max,
+            });
         }
         Ok(())
     }
@@ -226,6 +312,10 @@ mod tests {
             ("FERROX_CB_MAX_CONTEXT", " 2048 "),
             ("FERROX_PREFIX_CACHE", "0"),
             ("FERROX_CB_PREFILL_ORDER", "Round-Robin"),
+            ("FERROX_SPEC_TYPE", "none"),
+            ("FERROX_SPEC_N_MAX", "8"),
+            ("FERROX_SPEC_N_MIN", "2"),
+            ("FERROX_SPEC_ADAPTIVE", "off"),
         ])
         .unwrap();
         assert_eq!(
@@ -240,6 +330,12 @@ mod tests {
                 log_every_decode_steps: 256,
                 prefix_cache: false,
                 prefill_order: PrefillOrder::RoundRobin,
+                speculation: SpecConfig {
+                    kind: SpecKind::None,
+                    n_max: 8,
+                    n_min: 2,
+                    adaptive: false,
+                },
             }
         );
         let c = from(&[("FERROX_CB_KV_BUDGET_BYTES", "1000000")]).unwrap();
@@ -261,6 +357,13 @@ mod tests {
             e.to_string(),
             "environment variable FERROX_PREFIX_CACHE=\"maybe\" must be one of 1, 0, on, off, true, false"
         );
+        let e = from(&[("FERROX_SPEC_TYPE", "eagle")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "environment variable FERROX_SPEC_TYPE=\"eagle\" must be one of none, ngram"
+        );
+        let e = from(&[("FERROX_SPEC_N_MIN", "9"), ("FERROX_SPEC_N_MAX", "8")]).unwrap_err();
+        assert!(matches!(e, ConfigError::DraftLimits { n_min: 9, n_max: 8 }));
         let e = from(&[("FERROX_CB_PREFILL_CHUNK", "0")]).unwrap_err();
         assert_eq!(
             e.to_string(),

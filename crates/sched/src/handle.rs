@@ -274,6 +274,7 @@ impl RequestStream {
                         prompt_tokens: self.prompt_tokens,
                         completion_tokens: self.token_ids.len(),
                         cached_tokens: 0,
+                        ..Usage::default()
                     },
                     token_ids: std::mem::take(&mut self.token_ids),
                     text: std::mem::take(&mut self.text),

@@ -20,6 +20,9 @@
 //! - [`constraint`]: a row's grammar (what it may draw next), compiled by the caller;
 //! - [`stop`]: the stop matcher (stop tokens, stop strings, withheld tails, UTF-8);
 //! - `row`: one request in the batch (tokens held vs. computed);
+//! - `pooling`: an embedding row's running pool of hidden states;
+//! - `draft`: guessing a row's next tokens from its own history (prompt lookup);
+//! - `speculate`: how many drafted tokens each row verifies, from measured step costs;
 //! - `worker`: the tick;
 //! - [`handle`]: `start`, `submit`, `cancel`, `status`, and the request stream;
 //! - [`status`]: the snapshot for metrics;
@@ -32,13 +35,16 @@ pub mod admission;
 pub mod blocks;
 pub mod config;
 pub mod constraint;
+mod draft;
 mod engine_model;
 pub mod handle;
 pub mod model;
+mod pooling;
 pub mod prefix;
 pub mod queue;
 pub mod request;
 mod row;
+mod speculate;
 pub mod status;
 pub mod stop;
 pub mod testkit;
@@ -46,12 +52,14 @@ mod worker;
 
 pub use admission::{InvalidRequest, Limits, Refusal};
 pub use blocks::{BlockPool, KvLease, PoolCounts, PoolStats};
-pub use config::{ConfigError, KvBudget, PrefillOrder, SchedulerConfig};
+pub use config::{
+    ConfigError, KvBudget, PrefillOrder, SchedulerConfig, SpecConfig, SpecKind, MAX_DRAFT_TOKENS,
+};
 pub use constraint::{Constraint, ConstraintFactory, TokenConstraint};
 pub use handle::{Collected, RequestStream, Scheduler, SchedulerHandle};
 pub use model::StepModel;
 pub use request::{
     Completion, Event, FinishReason, GenerationRequest, Pooling, RequestId, SamplingParams,
-    StopConfig, StopMatch, TokenEvent, Usage,
+    SpecParams, StopConfig, StopMatch, TokenEvent, Usage,
 };
 pub use status::SchedulerStatus;

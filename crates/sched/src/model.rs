@@ -36,7 +36,8 @@ pub trait StepModel: Send + Sync + 'static {
         true
     }
     /// One step over every chunk: writes each chunk's K/V into its blocks, sets `logits` to
-    /// one row of `vocab_size` logits per chunk with `want_logits`, in chunk order, flat, and
+    /// one row of `vocab_size` logits for each of the last `logit_rows` tokens of every chunk,
+    /// in chunk and token order, flat (a row verifying drafted tokens asks for several), and
     /// `hidden` to one row of `hidden_size` values per token of every chunk with
     /// `want_hidden`, in chunk and token order. The worker passes the same buffers every
     /// step (no fresh 16 MB allocation per step).

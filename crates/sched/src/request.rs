@@ -45,6 +45,46 @@ pub struct GenerationRequest {
     /// request cannot take every slot for its whole length (docs/SCHEDULER.md). `None`: a
     /// request of its own.
     pub group: Option<u64>,
+    /// This request's speculative decoding: the server's unless it says otherwise.
+    pub speculation: SpecParams,
+}
+
+/// A request's own speculative decoding settings (llama-server's `speculative.n_max`,
+/// `speculative.n_min`, `speculative.p_min` on `/completion`). Speculation never changes
+/// what a request draws (`docs/SCHEDULER.md`), only how many steps it takes, so turning it
+/// off is for measuring, not for correctness.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpecParams {
+    /// `false`: this request decodes one token per step whatever the server's setting.
+    pub enabled: bool,
+    /// Most drafted tokens per step; `None`: the server's `--spec-draft-n-max`.
+    pub n_max: Option<usize>,
+    /// Fewer drafted tokens are not verified; `None`: the server's `--spec-draft-n-min`.
+    pub n_min: Option<usize>,
+    /// A drafted token whose estimated chance of being accepted (given all before it were)
+    /// is below this is not verified; `None`: 0, the measured cost model decides alone.
+    pub p_min: Option<f32>,
+}
+
+impl Default for SpecParams {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            n_max: None,
+            n_min: None,
+            p_min: None,
+        }
+    }
+}
+
+impl SpecParams {
+    /// No speculation for this request.
+    pub fn off() -> Self {
+        Self {
+            enabled: false,
+            ..Self::default()
+        }
+    }
 }
 
 /// How an embedding pools its tokens' hidden states.
@@ -78,6 +118,7 @@ impl GenerationRequest {
             constraint: None,
             embedding: None,
             group: None,
+            speculation: SpecParams::default(),
         }
     }
 }
@@ -159,4 +200,8 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Prompt tokens whose KV came from the prefix cache instead of being computed.
     pub cached_tokens: usize,
+    /// Drafted tokens speculative decoding verified for this request, and how many of them
+    /// the model's own draws matched (each of those saved a step).
+    pub draft_tokens: usize,
+    pub draft_accepted: usize,
 }

@@ -36,13 +36,17 @@ use ferrox_engine::sampler::{logprobs, Sampler, TokenLogprobs};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::blocks::KvLease;
+use crate::config::SpecConfig;
 use crate::constraint::RowConstraint;
+use crate::draft::NgramDrafter;
 use crate::model::StepModel;
+use crate::pooling::Pooled;
 use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::Pending;
 use crate::request::{
-    Completion, Event, FinishReason, Pooling, RequestId, StopMatch, TokenEvent, Usage,
+    Completion, Event, FinishReason, RequestId, SpecParams, StopMatch, TokenEvent, Usage,
 };
+use crate::speculate::{Acceptance, Candidate};
 use crate::stop::StopMatcher;
 
 #[derive(Debug)]
@@ -86,49 +90,57 @@ pub(crate) struct Row {
     text: String,
     events: UnboundedSender<Event>,
     lease: KvLease,
+    /// Speculative decoding, if the row drafts (`None`: off for it, or an embedding).
+    spec: Option<RowSpec>,
 }
 
-/// An embedding row's pooling, fed each computed token's hidden state in position order.
+/// A decoding row's speculation: its drafter, its record, and this step's draft.
 #[derive(Debug)]
-struct Pooled {
-    pooling: Pooling,
-    /// The running sum (mean), the first row (cls) or the latest row (last).
-    acc: Vec<f32>,
-    rows: usize,
+struct RowSpec {
+    drafter: NgramDrafter,
+    acceptance: Acceptance,
+    n_max: usize,
+    n_min: usize,
+    p_min: f64,
+    /// This step's chunk while it verifies a draft: the last sampled token, then the
+    /// drafted tokens (empty when the row decodes one token).
+    verify: Vec<u32>,
+    /// Scratch for the drafter's proposal.
+    proposal: Vec<u32>,
+    /// Drafted tokens verified and accepted so far (the request's usage).
+    drafted: usize,
+    accepted: usize,
 }
 
-impl Pooled {
-    fn new(pooling: Pooling) -> Self {
-        Self {
-            pooling,
-            acc: Vec::new(),
-            rows: 0,
-        }
+impl RowSpec {
+    /// The row's speculation under the server's `config` and the request's `params`; `None`
+    /// when either turns it off, or for an embedding (which never draws).
+    fn new(config: &SpecConfig, params: &SpecParams, embedding: bool) -> Option<Self> {
+        let on = config.kind != crate::config::SpecKind::None && params.enabled && !embedding;
+        let n_max = params.n_max.unwrap_or(config.n_max);
+        (on && n_max > 0).then(|| Self {
+            drafter: NgramDrafter::default(),
+            acceptance: Acceptance::default(),
+            n_max,
+            n_min: params.n_min.unwrap_or(config.n_min),
+            p_min: f64::from(params.p_min.unwrap_or(0.0)),
+            verify: Vec::new(),
+            proposal: Vec::new(),
+            drafted: 0,
+            accepted: 0,
+        })
     }
+}
 
-    fn push(&mut self, row: &[f32]) {
-        match self.pooling {
-            Pooling::Mean if self.rows > 0 => {
-                self.acc.iter_mut().zip(row).for_each(|(a, &v)| *a += v);
-            }
-            Pooling::Cls if self.rows > 0 => {}
-            _ => {
-                self.acc.clear();
-                self.acc.extend_from_slice(row);
-            }
-        }
-        self.rows += 1;
-    }
-
-    fn result(&self) -> Vec<f32> {
-        match self.pooling {
-            Pooling::Mean => {
-                let n = self.rows.max(1) as f32;
-                self.acc.iter().map(|&a| a / n).collect()
-            }
-            Pooling::Cls | Pooling::Last => self.acc.clone(),
-        }
-    }
+/// What a row's draws in one step came to ([`Row::draw`]).
+pub(crate) struct Drawn {
+    /// Drafted tokens that matched the model's draws: the chunk positions after its first
+    /// that hold accepted tokens, whose KV is therefore valid.
+    pub(crate) matched: usize,
+    /// Drafted tokens verified.
+    pub(crate) drafted: usize,
+    /// How the row ends, if it does.
+    pub(crate) finish: Option<Finish>,
 }
 
 /// A row's draw in one step ([`Row::sample`]).
@@ -160,18 +172,33 @@ impl Finish {
     }
 }
 
+/// What every row of a worker is admitted with.
+pub(crate) struct RowSettings<'a> {
+    /// Positions per KV block.
+    pub(crate) block_size: usize,
+    /// Names blocks for the prefix cache; `None` with it off.
+    pub(crate) hasher: Option<&'a BlockHasher>,
+    pub(crate) vocab_size: usize,
+    pub(crate) spec: &'a SpecConfig,
+}
+
 impl Row {
     /// Admits a waiting request onto its leased blocks, the first `attached` of which came
-    /// from the cache; its queue slot is released here.
+    /// from the cache, as the worker's `seq`-th row; its queue slot is released here.
     pub(crate) fn admit(
         pending: Pending,
         lease: KvLease,
         attached: usize,
-        block_size: usize,
-        hasher: Option<BlockHasher>,
-        vocab_size: usize,
         seq: u64,
+        settings: &RowSettings,
     ) -> Self {
+        let &RowSettings {
+            block_size,
+            hasher,
+            vocab_size,
+            spec,
+        } = settings;
+        let hasher = hasher.cloned();
         let Pending {
             id,
             request,
@@ -188,6 +215,7 @@ impl Row {
             .constraint
             .as_ref()
             .map(|c| RowConstraint::start(c, vocab_size));
+        let spec = RowSpec::new(spec, &request.speculation, embedding.is_some());
         let mut tokens = request.prompt_ids;
         tokens.reserve(request.max_tokens);
         Self {
@@ -214,6 +242,7 @@ impl Row {
             text: String::new(),
             events,
             lease,
+            spec,
         }
     }
 
@@ -348,6 +377,9 @@ impl Row {
         self.computed = 0;
         self.published = 0;
         self.resumed = true;
+        if let Some(spec) = &mut self.spec {
+            spec.verify.clear();
+        }
         // It will compute (and pool) every position again.
         if let Some(p) = &mut self.embedding {
             *p = Pooled::new(p.pooling);
@@ -363,15 +395,89 @@ impl Row {
     }
 
     /// The next uncomputed tokens, at most `limit` of them; logits are wanted when the chunk
-    /// reaches the last token held (the end of the prompt, or the token just sampled).
+    /// reaches the last token held (the end of the prompt, or the token just sampled). A
+    /// decoding row verifying a draft ([`Self::set_draft`]) gives its last token and the
+    /// drafted ones, with logits for every position.
     pub(crate) fn next_chunk(&self, limit: usize) -> SeqChunk<'_> {
-        let end = self.tokens.len().min(self.computed + limit);
+        if let Some(verify) = self.verifying() {
+            debug_assert_eq!(limit, verify.len());
+            return SeqChunk {
+                tokens: verify,
+                start_pos: self.computed,
+                blocks: self.lease.blocks(),
+                logit_rows: verify.len(),
+                want_hidden: false,
+            };
+        }
+        let end = self.tokens.len().min(self.computed.saturating_add(limit));
+        let wants_logits = end == self.tokens.len() && self.embedding.is_none();
         SeqChunk {
             tokens: &self.tokens[self.computed..end],
             start_pos: self.computed,
             blocks: self.lease.blocks(),
-            want_logits: end == self.tokens.len() && self.embedding.is_none(),
+            logit_rows: usize::from(wants_logits),
             want_hidden: self.embedding.is_some(),
+        }
+    }
+
+    /// This step's verify chunk, when the row verifies a draft.
+    fn verifying(&self) -> Option<&[u32]> {
+        self.spec
+            .as_ref()
+            .map(|s| s.verify.as_slice())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A decoding row's draft for this step, as the allocator sees it: the drafter's guess at
+    /// what follows the row's tokens, at most `n_max` long and short enough that every token
+    /// it could yield fits `max_tokens`. `None` when the row does not speculate or has no
+    /// guess.
+    pub(crate) fn draft_candidate(&mut self) -> Option<Candidate> {
+        let left = self.max_tokens.saturating_sub(self.generated_tokens());
+        let spec = self.spec.as_mut()?;
+        spec.verify.clear();
+        if !(self.tokens.len() > self.prompt_tokens && self.computed + 1 == self.tokens.len()) {
+            return None;
+        }
+        let max = spec.n_max.min(left.saturating_sub(1));
+        spec.drafter.propose(&self.tokens, max, &mut spec.proposal);
+        (!spec.proposal.is_empty()).then(|| Candidate {
+            rate: spec.acceptance.rate(),
+            available: spec.proposal.len(),
+            n_min: spec.n_min,
+            p_min: spec.p_min,
+        })
+    }
+
+    /// Positions past the last token held that the row's blocks already cover.
+    pub(crate) fn draft_room(&self) -> usize {
+        (self.lease.blocks().len() * self.block_size).saturating_sub(self.tokens.len())
+    }
+
+    /// Verifies the first `n` tokens of [`Self::draft_candidate`]'s draft this step (0: decode
+    /// one token). The row's blocks must cover them ([`Self::draft_room`]).
+    pub(crate) fn set_draft(&mut self, n: usize) {
+        let last = self.tokens.last().copied();
+        debug_assert!(n <= self.draft_room());
+        if let (Some(spec), Some(last)) = (self.spec.as_mut(), last) {
+            spec.verify.clear();
+            if n > 0 {
+                debug_assert!(n <= spec.proposal.len());
+                spec.verify.push(last);
+                spec.verify.extend_from_slice(&spec.proposal[..n]);
+            }
+        }
+    }
+
+    /// Positions of this step's chunk known to hold the right KV before its draws: all of a
+    /// prompt chunk or a plain decode; only the first of a verify chunk (the rest hold
+    /// drafted tokens until [`Self::draw`] has compared them, and [`Self::settle`] counts
+    /// the ones that matched).
+    pub(crate) fn written_before_draws(&self, n: usize) -> usize {
+        if self.verifying().is_some() {
+            1
+        } else {
+            n
         }
     }
 
@@ -461,11 +567,66 @@ impl Row {
         self.tokens.len() - self.prompt_tokens
     }
 
-    /// Phase one of a step's delivery: masks the row's logits to what its constraint allows
-    /// (if it has one), then draws its next token (and its log-probabilities, when wanted,
-    /// from a copy of the logits as the model gave them: masking and sampling change the row
-    /// in place). Touches only this row, so a step's rows run it in parallel.
-    pub(crate) fn sample(&mut self, logits: &mut [f32]) -> Sampled {
+    /// A step's draws for this row, one per logits row (`vocab` values each): the first, and
+    /// while the token drawn equals the drafted token at that position, the next. Each draw
+    /// is sampled with the row's sampler and constraint and accepted (stop matcher, event)
+    /// before the next, exactly as consecutive decode steps would draw them: a drafted
+    /// token changes how many steps a request takes, never what it draws. Touches only this
+    /// row, so a step's rows run it in parallel.
+    pub(crate) fn draw<M: StepModel>(
+        &mut self,
+        logits: &mut [f32],
+        vocab: usize,
+        model: &M,
+        bytes: &mut Vec<u8>,
+    ) -> Drawn {
+        let rows = logits.len() / vocab;
+        let mut drawn = Drawn {
+            matched: 0,
+            drafted: rows.saturating_sub(1),
+            finish: None,
+        };
+        for (i, row_logits) in logits.chunks_exact_mut(vocab).enumerate() {
+            let sampled = self.sample(row_logits);
+            let id = sampled.id;
+            if let Some(finish) = self.accept(sampled, model, bytes) {
+                drawn.finish = Some(finish);
+                break;
+            }
+            let drafted = self.verifying().and_then(|v| v.get(i + 1)).copied();
+            if drafted != Some(id) {
+                break;
+            }
+            drawn.matched += 1;
+        }
+        drawn
+    }
+
+    /// After [`Self::draw`]: the matched drafted positions join the computed KV, the row's
+    /// acceptance record learns from the step, and the draft is done with.
+    pub(crate) fn settle(&mut self, drawn: &Drawn) {
+        if drawn.drafted == 0 {
+            return;
+        }
+        self.advance(drawn.matched);
+        if let Some(spec) = &mut self.spec {
+            let compared = if drawn.finish.is_none() && drawn.matched < drawn.drafted {
+                drawn.matched + 1
+            } else {
+                drawn.matched
+            };
+            spec.acceptance.record(compared, drawn.matched);
+            spec.drafted += drawn.drafted;
+            spec.accepted += drawn.matched;
+            spec.verify.clear();
+        }
+    }
+
+    /// One draw, first half: masks the row's logits to what its constraint allows (if it
+    /// has one), then draws its next token (and its log-probabilities, when wanted, from a
+    /// copy of the logits as the model gave them: masking and sampling change the row in
+    /// place).
+    fn sample(&mut self, logits: &mut [f32]) -> Sampled {
         RAW_LOGITS.with(|raw| {
             let mut raw = raw.borrow_mut();
             if self.logprobs.is_some() {
@@ -496,9 +657,9 @@ impl Row {
         })
     }
 
-    /// Phase two, in step order: records the sampled token, runs it through the stop matcher
+    /// One draw, second half: records the sampled token, runs it through the stop matcher
     /// and sends its event. Returns how the row ends, if it does.
-    pub(crate) fn accept<M: StepModel>(
+    fn accept<M: StepModel>(
         &mut self,
         sampled: Sampled,
         model: &M,
@@ -570,6 +731,8 @@ impl Row {
                 prompt_tokens: self.prompt_tokens,
                 completion_tokens: self.generated_tokens(),
                 cached_tokens: self.cached_tokens,
+                draft_tokens: self.spec.as_ref().map_or(0, |s| s.drafted),
+                draft_accepted: self.spec.as_ref().map_or(0, |s| s.accepted),
             },
             token_ids: self.tokens[self.prompt_tokens..].to_vec(),
             text: self.text,
@@ -590,6 +753,7 @@ pub(crate) fn finish_pending(pending: Pending, reason: FinishReason) {
             prompt_tokens: pending.request.prompt_ids.len(),
             completion_tokens: 0,
             cached_tokens: 0,
+            ..Usage::default()
         },
         token_ids: Vec::new(),
         text: String::new(),

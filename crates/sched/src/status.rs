@@ -54,6 +54,9 @@ pub struct SchedulerStatus {
     pub decode_steps: u64,
     /// Panics the worker recovered from (each failed the requests it held).
     pub worker_restarts: u64,
+    /// Drafted tokens verified by speculative decoding, and how many of them were accepted.
+    pub spec_drafted: u64,
+    pub spec_accepted: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,6 +98,8 @@ pub(crate) struct WorkerStats {
     pub(crate) steps: u64,
     pub(crate) decode_steps: u64,
     pub(crate) worker_restarts: u64,
+    pub(crate) spec_drafted: u64,
+    pub(crate) spec_accepted: u64,
 }
 
 /// State shared by the handles and the worker.
@@ -158,6 +163,8 @@ impl Shared {
             steps: w.steps,
             decode_steps: w.decode_steps,
             worker_restarts: w.worker_restarts,
+            spec_drafted: w.spec_drafted,
+            spec_accepted: w.spec_accepted,
         }
     }
 }

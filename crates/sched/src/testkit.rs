@@ -23,6 +23,11 @@ pub enum FakeLogits {
     /// The token after position `p` is `script[(p + 1) % script.len()]` (logit 10, every other
     /// token 0): a prompt `script[..n]` continues with `script[n..]`. For stop-string tests.
     Script(Vec<u32>),
+    /// [`FakeLogits::Hash`], plus `bonus` on the token `period` positions back: a model that
+    /// mostly repeats itself (greedy, when that token's hash is within `bonus` of the best),
+    /// whose drafts from prompt lookup are often right and sometimes wrong. For speculative
+    /// decoding's tests.
+    Repeating { period: usize, bonus: f32 },
 }
 
 /// A deterministic model with a small vocabulary whose tokens exercise the text paths.
@@ -65,6 +70,18 @@ impl FakeModel {
                 head_dim: 8,
                 elem_bytes: 2,
             },
+        }
+    }
+
+    /// [`FakeLogits::Repeating`] with period 7 and bonus 7: greedy repeats about 90 % of the
+    /// time, sampling at temperature 1 about 70 %.
+    pub fn repeating() -> Self {
+        Self {
+            logits: FakeLogits::Repeating {
+                period: 7,
+                bonus: 7.0,
+            },
+            ..Self::hash()
         }
     }
 
@@ -134,15 +151,22 @@ impl FakeModel {
     fn row(&self, seq: &[(u32, usize)], out: &mut Vec<f32>) {
         let last_pos = seq.len() - 1;
         let start = out.len();
+        let hash = |out: &mut Vec<f32>| {
+            let h = seq.iter().fold(0x1234_5678u64, |h, &(t, p)| {
+                mix(h ^ mix(u64::from(t) << 32 | p as u64))
+            });
+            out.extend((0..Self::VOCAB as u64).map(|v| {
+                let bits = mix(h ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 40;
+                bits as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+            }));
+        };
         match &self.logits {
-            FakeLogits::Hash => {
-                let h = seq.iter().fold(0x1234_5678u64, |h, &(t, p)| {
-                    mix(h ^ mix(u64::from(t) << 32 | p as u64))
-                });
-                out.extend((0..Self::VOCAB as u64).map(|v| {
-                    let bits = mix(h ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 40;
-                    bits as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
-                }));
+            FakeLogits::Hash => hash(out),
+            &FakeLogits::Repeating { period, bonus } => {
+                hash(out);
+                if let Some(&(t, _)) = (last_pos + 1).checked_sub(period).and_then(|p| seq.get(p)) {
+                    out[start + t as usize] += bonus;
+                }
             }
             FakeLogits::Script(script) => {
                 out.resize(start + Self::VOCAB, 0.0);
@@ -237,8 +261,8 @@ impl StepModel for FakeModel {
                     Self::hidden_row(&seq, hidden);
                 }
             }
-            if c.want_logits {
-                let seq = Self::read_back(kv, c.blocks, c.start_pos + c.tokens.len() - 1)?;
+            for i in c.tokens.len() - c.logit_rows..c.tokens.len() {
+                let seq = Self::read_back(kv, c.blocks, c.start_pos + i)?;
                 self.row(&seq, out);
             }
         }
@@ -274,7 +298,8 @@ pub struct ChunkRecord {
     pub start_pos: usize,
     /// The sequence's first block: identifies the sequence for as long as it lives.
     pub first_block: BlockId,
-    pub want_logits: bool,
+    /// Logits rows returned: the chunk's last this many tokens.
+    pub logit_rows: usize,
 }
 
 /// Wraps a model: records every forward call's chunks, and optionally makes each call wait
@@ -402,7 +427,7 @@ impl<M: StepModel> StepModel for Probe<M> {
                     tokens: c.tokens.to_vec(),
                     start_pos: c.start_pos,
                     first_block: c.blocks[0],
-                    want_logits: c.want_logits,
+                    logit_rows: c.logit_rows,
                 })
                 .collect(),
         );

@@ -44,12 +44,13 @@ use ferrox_engine::kv::SeqChunk;
 
 use crate::admission::Limits;
 use crate::blocks::{BlockPool, KvLease};
-use crate::config::{PrefillOrder, SchedulerConfig};
+use crate::config::{PrefillOrder, SchedulerConfig, SpecConfig};
 use crate::model::StepModel;
 use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::{Pending, WaitQueue};
 use crate::request::{FinishReason, RequestId};
-use crate::row::{finish_pending, Finish, Row, Sampled};
+use crate::row::{finish_pending, Drawn, Finish, Row, RowSettings};
+use crate::speculate::{allocate, StepCosts};
 use crate::status::{Shared, WorkerStats};
 
 /// A message to the worker. Cancels travel the same channel as submissions, so a cancel is
@@ -66,8 +67,9 @@ struct StepPlan {
     /// Every chunk's row and token count: decode rows in admission order, then the prompt
     /// chunks.
     chunks: Vec<(RequestId, usize)>,
-    /// Rows whose logits come back, in chunk order.
-    sampled: Vec<RequestId>,
+    /// Rows whose logits come back, in chunk order, with how many rows of logits each (more
+    /// than one: a decode row verifying a draft).
+    sampled: Vec<(RequestId, usize)>,
     decode_rows: usize,
     /// The prompt chunks' rows and token counts, at most `prefill_chunk_tokens` in all.
     prefills: Vec<(RequestId, usize)>,
@@ -75,11 +77,16 @@ struct StepPlan {
     hidden_rows: usize,
 }
 
-/// One row's share of [`Worker::sample_rows`]: the row, its logits, its draw.
+/// One row's share of [`Worker::sample_rows`]: the row, its logits, its draws.
 struct SampleTask<'a> {
     row: &'a mut Row,
     logits: &'a mut [f32],
-    out: Option<Sampled>,
+    out: Option<Drawn>,
+}
+
+thread_local! {
+    /// One token's bytes, for the stop matcher of the row being drawn on this thread.
+    static TOKEN_BYTES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 pub(crate) struct Worker<M: StepModel> {
@@ -108,12 +115,15 @@ pub(crate) struct Worker<M: StepModel> {
     /// The row that got the last prompt chunk; with round-robin, the next chunk goes to the
     /// next prefilling row after it in `order`.
     last_prefilled: Option<RequestId>,
+    /// Speculative decoding, and what decode steps have measured to cost
+    /// (`crate::speculate`).
+    spec: SpecConfig,
+    step_costs: StepCosts,
     stats: WorkerStats,
     shared: Arc<Shared>,
-    /// Scratch reused every step: the step's logits, hidden states and one token's bytes.
+    /// Scratch reused every step: the step's logits and hidden states.
     logits: Vec<f32>,
     hidden: Vec<f32>,
-    token_bytes: Vec<u8>,
     last_log: (Instant, u64),
 }
 
@@ -150,11 +160,12 @@ impl<M: StepModel> Worker<M> {
             parked: BTreeMap::new(),
             next_seq: 0,
             last_prefilled: None,
+            spec: config.speculation,
+            step_costs: StepCosts::default(),
             stats,
             shared,
             logits: Vec::new(),
             hidden: Vec::new(),
-            token_bytes: Vec::new(),
             last_log: (Instant::now(), 0),
         }
     }
@@ -257,15 +268,13 @@ impl<M: StepModel> Worker<M> {
             };
             self.count_lookup(looked_up, prompt_tokens, attached);
             let pending = self.queue.take(at).expect("front was just seen");
-            let row = Row::admit(
-                pending,
-                lease,
-                attached,
-                self.limits.block_size_tokens,
-                self.hasher.clone(),
-                self.limits.vocab_size,
-                self.next_seq,
-            );
+            let settings = RowSettings {
+                block_size: self.limits.block_size_tokens,
+                hasher: self.hasher.as_ref(),
+                vocab_size: self.limits.vocab_size,
+                spec: &self.spec,
+            };
+            let row = Row::admit(pending, lease, attached, self.next_seq, &settings);
             self.next_seq += 1;
             self.order.push(row.id);
             self.rows.insert(row.id, row);
@@ -391,18 +400,62 @@ impl<M: StepModel> Worker<M> {
         }
     }
 
-    /// What this tick runs: every decoding row's one token, then prompt chunks of at most
+    /// Every decoding row, in admission order, with the drafted tokens it verifies this step
+    /// (`crate::speculate` decides how many from the measured step costs). A draft uses the
+    /// row's blocks, and takes more only while the pool keeps one for every row in the batch:
+    /// a guess never costs another row its next block.
+    fn plan_drafts(&mut self) -> Vec<(RequestId, usize)> {
+        let decoding: Vec<RequestId> = (self.order.iter())
+            .copied()
+            .filter(|id| self.rows[id].is_decoding())
+            .collect();
+        let mut candidates = Vec::new();
+        let mut drafting = Vec::new();
+        for &id in &decoding {
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            if let Some(c) = row.draft_candidate() {
+                candidates.push(c);
+                drafting.push(id);
+            }
+        }
+        let take = allocate(
+            &self.step_costs,
+            decoding.len(),
+            &candidates,
+            self.spec.adaptive,
+        );
+        let mut spare = self.pool.stats().available.saturating_sub(self.rows.len());
+        let mut drafts: HashMap<RequestId, usize> = HashMap::new();
+        for (id, mut n) in drafting.into_iter().zip(take) {
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            while n > row.draft_room() && spare > 0 && row.grow().is_ok() {
+                spare -= 1;
+            }
+            n = n.min(row.draft_room());
+            row.set_draft(n);
+            drafts.insert(id, n);
+        }
+        (decoding.into_iter())
+            .map(|id| (id, drafts.get(&id).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    /// What this tick runs: every decoding row's one token (and its draft), then prompt chunks of at most
     /// `prefill_chunk_tokens` in all — the next prefilling row's, and while tokens of that
     /// budget are left (its prompt ended short of it), the next row's, and so on.
     fn plan(&mut self) -> Option<StepPlan> {
         self.grow();
         let mut plan = StepPlan::default();
-        for &id in &self.order {
-            if self.rows[&id].is_decoding() {
-                plan.chunks.push((id, 1));
-                plan.sampled.push(id);
-                plan.decode_rows += 1;
-            }
+        for (id, drafted) in self.plan_drafts() {
+            plan.chunks.push((id, 1 + drafted));
+            plan.sampled.push((id, 1 + drafted));
+            plan.decode_rows += 1;
         }
         let mut budget = self.prefill_chunk_tokens;
         let mut planned = Vec::new();
@@ -424,8 +477,8 @@ impl<M: StepModel> Worker<M> {
             let chunk = self.rows[&id].next_chunk(take);
             let n = chunk.tokens.len();
             plan.chunks.push((id, n));
-            if chunk.want_logits {
-                plan.sampled.push(id);
+            if chunk.logit_rows > 0 {
+                plan.sampled.push((id, chunk.logit_rows));
             }
             if self.rows[&id].wants_hidden() {
                 plan.hidden_rows += n;
@@ -455,6 +508,7 @@ impl<M: StepModel> Worker<M> {
             .collect();
         let mut logits = std::mem::take(&mut self.logits);
         let mut hidden = std::mem::take(&mut self.hidden);
+        let started = Instant::now();
         let result = self
             .model
             .forward(&mut self.kv, &chunks, &mut logits, &mut hidden);
@@ -466,9 +520,15 @@ impl<M: StepModel> Worker<M> {
         let vocab = self.limits.vocab_size;
         let hidden_rows = plan.hidden_rows;
         let hidden_ok = hidden.len() == hidden_rows * self.model.hidden_size();
+        let logit_rows: usize = plan.sampled.iter().map(|&(_, n)| n).sum();
         match result {
-            Ok(()) if logits.len() == plan.sampled.len() * vocab && hidden_ok => {
-                self.deliver(&plan, &mut logits, &hidden)
+            Ok(()) if logits.len() == logit_rows * vocab && hidden_ok => {
+                self.deliver(&plan, &mut logits, &hidden);
+                if plan.prefills.is_empty() {
+                    let positions = plan.chunks.iter().map(|&(_, n)| n).sum();
+                    let secs = started.elapsed().as_secs_f64();
+                    self.step_costs.record(positions, secs);
+                }
             }
             Ok(()) if !hidden_ok => {
                 let msg = format!(
@@ -479,9 +539,8 @@ impl<M: StepModel> Worker<M> {
                 self.fail_rows(&plan, &msg);
             }
             Ok(()) => {
-                let rows = plan.sampled.len();
                 let msg = format!(
-                    "model returned {} logits for {rows} rows of {vocab}",
+                    "model returned {} logits for {logit_rows} rows of {vocab}",
                     logits.len()
                 );
                 self.fail_rows(&plan, &msg);
@@ -504,7 +563,7 @@ impl<M: StepModel> Worker<M> {
                 .rows
                 .get_mut(&id)
                 .expect("planned rows are in the batch");
-            row.advance(n);
+            row.advance(row.written_before_draws(n));
             if row.wants_hidden() {
                 row.pool(&hidden[at..at + n * d], d);
                 at += n * d;
@@ -516,36 +575,42 @@ impl<M: StepModel> Worker<M> {
         for id in embedded {
             self.retire(id, Finish::new(FinishReason::Stop));
         }
-        self.stats.tokens_decoded += plan.decode_rows as u64;
         self.stats.tokens_prefilled += plan.prefills.iter().map(|&(_, n)| n).sum::<usize>() as u64;
         if plan.decode_rows > 0 {
             self.stats.decode_steps += 1;
             self.maybe_log();
         }
-        let sampled = self.sample_rows(plan, logits);
-        for (id, sampled) in plan.sampled.iter().zip(sampled) {
+        let drawn = self.sample_rows(plan, logits);
+        // Decode rows come first in `sampled`: each decoded its token and its matched draft.
+        for (i, (&(id, _), drawn)) in plan.sampled.iter().zip(drawn).enumerate() {
             let row = self
                 .rows
-                .get_mut(id)
+                .get_mut(&id)
                 .expect("sampled rows are in the batch");
-            if let Some(finish) = row.accept(sampled, &*self.model, &mut self.token_bytes) {
-                self.retire(*id, finish);
+            row.settle(&drawn);
+            self.stats.spec_drafted += drawn.drafted as u64;
+            self.stats.spec_accepted += drawn.matched as u64;
+            if i < plan.decode_rows {
+                self.stats.tokens_decoded += drawn.matched as u64 + 1;
+            }
+            if let Some(finish) = drawn.finish {
+                self.retire(id, finish);
             }
         }
     }
 
-    /// Every sampled row draws its token from its logits row, on the model's threads
-    /// ([`StepModel::run_parallel`]): each row owns its sampler, so the order does not matter,
-    /// and a 16-row greedy step spends ~3 ms in argmax over 16 x 262,144 logits (more with
-    /// temperature sampling), which the other thread would spend waiting. Returns the draws
-    /// in `plan.sampled` order.
-    fn sample_rows(&mut self, plan: &StepPlan, logits: &mut [f32]) -> Vec<Sampled> {
+    /// Every sampled row draws its tokens from its logits rows ([`Row::draw`]), on the
+    /// model's threads ([`StepModel::run_parallel`]): each row owns its sampler, stop matcher
+    /// and stream, so the order does not matter, and a 16-row greedy step spends ~3 ms in
+    /// argmax over 16 x 262,144 logits (more with temperature sampling), which the other
+    /// thread would spend waiting. Returns the draws in `plan.sampled` order.
+    fn sample_rows(&mut self, plan: &StepPlan, logits: &mut [f32]) -> Vec<Drawn> {
         let vocab = self.limits.vocab_size;
         let at: HashMap<RequestId, usize> = plan
             .sampled
             .iter()
             .enumerate()
-            .map(|(i, &id)| (id, i))
+            .map(|(i, &(id, _))| (id, i))
             .collect();
         let mut rows: Vec<Option<&mut Row>> = plan.sampled.iter().map(|_| None).collect();
         for (id, row) in self.rows.iter_mut() {
@@ -553,9 +618,17 @@ impl<M: StepModel> Worker<M> {
                 rows[i] = Some(row);
             }
         }
+        let mut rest = logits;
+        let mut slices = Vec::with_capacity(plan.sampled.len());
+        for &(_, n) in &plan.sampled {
+            let (mine, others) = rest.split_at_mut(n * vocab);
+            slices.push(mine);
+            rest = others;
+        }
+        let model = &*self.model;
         let tasks: Vec<Mutex<SampleTask>> = rows
             .into_iter()
-            .zip(logits.chunks_exact_mut(vocab))
+            .zip(slices)
             .map(|(row, logits)| {
                 let row = row.expect("sampled rows are in the batch");
                 Mutex::new(SampleTask {
@@ -568,7 +641,10 @@ impl<M: StepModel> Worker<M> {
         self.model.run_parallel(tasks.len(), &|i| {
             let mut task = tasks[i].lock().expect("a sampling task is not poisoned");
             let t = &mut *task;
-            t.out = Some(t.row.sample(t.logits));
+            t.out = Some(
+                TOKEN_BYTES
+                    .with(|bytes| t.row.draw(t.logits, vocab, model, &mut bytes.borrow_mut())),
+            );
         });
         tasks
             .into_iter()

@@ -13,6 +13,7 @@ use common::props::{self, Spec};
 use ferrox_engine::synthetic::{self, SyntheticSpec};
 use ferrox_engine::{Arch, Model};
 use ferrox_sched::testkit::Probe;
+use ferrox_sched::{GenerationRequest, SamplingParams, StopConfig};
 
 const ARCHES: [Arch; 4] = [Arch::Gemma3, Arch::Llama, Arch::Qwen2, Arch::Qwen3];
 
@@ -120,5 +121,34 @@ fn default_model_batching_chunking_and_seeds_change_nothing() {
         max_prompt: 16,
         ..spec
     };
-    props::seed_is_independent_of_load(model, &load, 7);
+    props::seed_is_independent_of_load(Arc::clone(&model), &load, 7);
+    default_model_speculation_changes_nothing(model);
+}
+
+/// Text the model copies (a code block asked to be repeated): greedy rows accept long drafts,
+/// a sampled row some, and every token and top-20 log-probability equals the plain run's.
+fn default_model_speculation_changes_nothing(model: Arc<Probe<Model>>) {
+    let code = "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn main() {\n    \
+                println!(\"{}\", add(2, 3));\n}\n";
+    let prompt = format!("Repeat this code exactly.\n\n{code}\nRepeated:\n\n{code}");
+    let ids = model.inner.tokenizer().encode(&prompt, true, false);
+    let greedy = |max| GenerationRequest {
+        logprobs: Some(20),
+        stop: StopConfig {
+            ignore_eos: true,
+            ..StopConfig::default()
+        },
+        ..GenerationRequest::greedy(ids.clone(), max)
+    };
+    let sampled = GenerationRequest {
+        sampling: SamplingParams {
+            temperature: 0.7,
+            seed: 11,
+            ..SamplingParams::default()
+        },
+        ..greedy(24)
+    };
+    let (drafted, accepted) =
+        props::speculative_equals_plain(model, &[greedy(40), greedy(17), sampled], 64);
+    assert!(accepted >= 20, "drafts accepted: {accepted} of {drafted}");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ferrox_sched::testkit::ChunkRecord;
 use ferrox_sched::{
     Collected, Event, GenerationRequest, KvBudget, RequestStream, SamplingParams, Scheduler,
-    SchedulerConfig, SchedulerHandle, StepModel, StopConfig, TokenEvent,
+    SchedulerConfig, SchedulerHandle, SpecConfig, SpecKind, StepModel, StopConfig, TokenEvent,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -25,7 +25,9 @@ pub fn long(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
     }
 }
 
-/// A config with small blocks and logging off; tests adjust the rest.
+/// A config with small blocks and logging off; tests adjust the rest. Every draft prompt
+/// lookup finds is verified, whatever the step costs (`adaptive: false`): speculation runs
+/// under every test that uses this, and must change nothing.
 pub fn config(max_seqs: usize, prefill_chunk_tokens: usize, kv_blocks: usize) -> SchedulerConfig {
     SchedulerConfig {
         max_seqs,
@@ -35,11 +37,17 @@ pub fn config(max_seqs: usize, prefill_chunk_tokens: usize, kv_blocks: usize) ->
         kv_budget: KvBudget::Blocks(kv_blocks),
         max_context_tokens: None,
         log_every_decode_steps: 0,
+        speculation: SpecConfig {
+            adaptive: false,
+            n_max: 6,
+            ..SpecConfig::default()
+        },
         ..SchedulerConfig::default()
     }
 }
 
-/// [`config`] with the prefix cache off: every prompt computed in full (the cold reference).
+/// [`config`] with the prefix cache and speculation off: every prompt computed in full,
+/// every token decoded in a step of its own (the cold, plain reference).
 pub fn cold_config(
     max_seqs: usize,
     prefill_chunk_tokens: usize,
@@ -47,6 +55,10 @@ pub fn cold_config(
 ) -> SchedulerConfig {
     SchedulerConfig {
         prefix_cache: false,
+        speculation: SpecConfig {
+            kind: SpecKind::None,
+            ..SpecConfig::default()
+        },
         ..config(max_seqs, prefill_chunk_tokens, kv_blocks)
     }
 }
@@ -117,6 +129,7 @@ pub fn random_request(
         constraint: None,
         embedding: None,
         group: None,
+        speculation: Default::default(),
     }
 }
 
@@ -154,7 +167,8 @@ pub fn share_prefixes(
 }
 
 /// Each request alone, one after another, on a fresh scheduler that runs one sequence at a
-/// time, prefills whole prompts and caches nothing: the sequential, cold reference.
+/// time, prefills whole prompts, caches nothing and never speculates: the sequential, cold,
+/// plain reference.
 pub fn run_alone<M: StepModel>(model: Arc<M>, requests: &[GenerationRequest]) -> Vec<Collected> {
     let blocks = requests
         .iter()
@@ -194,7 +208,7 @@ pub fn assert_token_prefix(prefix: &[TokenEvent], full: &[TokenEvent], what: &st
 }
 
 /// Two runs are the same, token for token and logprob for logprob; only how many prompt
-/// tokens came from the prefix cache may differ.
+/// tokens came from the prefix cache, and how many drafted tokens were verified, may differ.
 pub fn assert_same_run(got: &Collected, want: &Collected, what: &str) {
     assert_eq!(
         got.tokens.len(),
@@ -206,6 +220,8 @@ pub fn assert_same_run(got: &Collected, want: &Collected, what: &str) {
     assert_token_prefix(&got.tokens, &want.tokens, what);
     let mut completion = got.completion.clone();
     completion.usage.cached_tokens = want.completion.usage.cached_tokens;
+    completion.usage.draft_tokens = want.completion.usage.draft_tokens;
+    completion.usage.draft_accepted = want.completion.usage.draft_accepted;
     assert_eq!(completion, want.completion, "{what}: completion");
 }
 

@@ -38,13 +38,17 @@ pub struct Exercised {
     pub cached_tokens: u64,
     /// Rows preempted for KV blocks (and resumed).
     pub preemptions: u64,
+    /// Drafted tokens verified, and accepted.
+    pub drafted: u64,
+    pub accepted: u64,
 }
 
 /// Batched and cached == sequential and cold, token for token and logit for logit (every
 /// logprob bit for bit), under random arrival steps, prompt lengths, shared prompt prefixes,
 /// max_tokens, batch caps, chunk sizes and cancels, on a pool small enough to evict and to
 /// preempt (a preempted row resumes by recomputing, and must continue token-identically). The
-/// reference runs each request alone with the prefix cache off. A cancelled request's tokens
+/// reference runs each request alone with the prefix cache and speculation off (the batched
+/// run verifies every draft prompt lookup finds). A cancelled request's tokens
 /// are a prefix of its sequential run. Afterwards every block is back and the pool's
 /// invariants hold.
 pub fn batched_equals_sequential<M: StepModel>(
@@ -155,6 +159,8 @@ pub fn batched_equals_sequential<M: StepModel>(
         cancelled,
         cached_tokens: status.prefix_cache_hits,
         preemptions: status.preemptions,
+        drafted: status.spec_drafted,
+        accepted: status.spec_accepted,
     }
 }
 
@@ -228,6 +234,7 @@ pub fn seed_is_independent_of_load<M: StepModel>(model: Arc<M>, spec: &Spec, see
         constraint: None,
         embedding: None,
         group: None,
+        speculation: Default::default(),
     };
     let alone = run_alone(Arc::clone(&model), std::slice::from_ref(&subject)).remove(0);
     let handle = Scheduler::start(Arc::clone(&model), config(8, 7, spec.kv_blocks)).unwrap();
@@ -263,4 +270,26 @@ pub fn seed_is_independent_of_load<M: StepModel>(model: Arc<M>, spec: &Spec, see
     for s in load {
         s.collect_blocking();
     }
+}
+
+/// `requests` submitted together to a scheduler that verifies every draft prompt lookup finds
+/// give the tokens, text and log-probabilities of each run alone without speculation.
+/// Returns the drafted and accepted token counts, for the caller to check that drafts ran.
+pub fn speculative_equals_plain<M: StepModel>(
+    model: Arc<M>,
+    requests: &[GenerationRequest],
+    kv_blocks: usize,
+) -> (u64, u64) {
+    let plain = run_alone(Arc::clone(&model), requests);
+    let handle = Scheduler::start(model, config(requests.len(), 16, kv_blocks)).unwrap();
+    let streams: Vec<_> = requests
+        .iter()
+        .map(|r| handle.submit(r.clone()).unwrap())
+        .collect();
+    for (i, (stream, want)) in streams.into_iter().zip(&plain).enumerate() {
+        let got = stream.collect_blocking();
+        assert_same_run(&got, want, &format!("request {i} with speculation"));
+    }
+    let status = handle.status();
+    (status.spec_drafted, status.spec_accepted)
 }

@@ -81,6 +81,7 @@ pub fn parse_messages(body: Value) -> Result<MessagesRequest, ApiError> {
         stream: f.take("stream")?.unwrap_or(false),
         tools,
         grammar,
+        speculation: f.speculative()?,
         ..GenerationOptions::default()
     };
     metadata(&mut f)?;

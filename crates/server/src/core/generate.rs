@@ -79,6 +79,10 @@ pub struct RequestUsage {
     /// Prompt tokens served from the prefix cache: with several choices, the fewest any
     /// choice got (each choice attaches the prompt's shared blocks for itself).
     pub cached_tokens: usize,
+    /// Drafted tokens speculative decoding verified, over every choice, and how many were
+    /// accepted.
+    pub draft_tokens: usize,
+    pub draft_accepted: usize,
 }
 
 /// Builds the prompt, submits every choice: the whole path from a
@@ -251,6 +255,7 @@ fn submit(
             constraint: constraint.clone(),
             embedding: None,
             group,
+            speculation: options.speculation,
         };
         // On a refusal, `choices` drops here with the streams already accepted, which
         // cancels them.
@@ -278,6 +283,7 @@ fn submit(
             prompt_tokens,
             completion_tokens: 0,
             cached_tokens: prompt_tokens,
+            ..RequestUsage::default()
         },
     })
 }
@@ -360,6 +366,8 @@ impl Generation {
             Event::Done(c) => {
                 self.usage.completion_tokens += c.usage.completion_tokens;
                 self.usage.cached_tokens = self.usage.cached_tokens.min(c.usage.cached_tokens);
+                self.usage.draft_tokens += c.usage.draft_tokens;
+                self.usage.draft_accepted += c.usage.draft_accepted;
                 metrics.duration.observe(now - self.started);
                 let relaxed = std::sync::atomic::Ordering::Relaxed;
                 metrics

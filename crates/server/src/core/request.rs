@@ -73,6 +73,8 @@ pub struct GenerationOptions {
     pub cache_salt: Option<String>,
     /// llama.cpp's `cache_prompt`: `false` computes the whole prompt, reusing nothing cached.
     pub reuse_cached_prompt: bool,
+    /// Speculative decoding for this request (`speculative` on every protocol).
+    pub speculation: ferrox_sched::SpecParams,
     /// What the output must obey (a JSON schema, a grammar), compiled before submission.
     pub grammar: Option<GrammarRequest>,
     /// The tools a chat offers (unless there are none or the choice is `none`): the core
@@ -99,6 +101,7 @@ impl Default for GenerationOptions {
             stream: false,
             cache_salt: None,
             reuse_cached_prompt: true,
+            speculation: ferrox_sched::SpecParams::default(),
             grammar: None,
             tools: None,
         }

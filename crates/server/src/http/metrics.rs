@@ -333,7 +333,7 @@ fn render_scheduler(out: &mut String, models: &[(SchedulerStatus, String)]) {
             value(s).to_string()
         });
     }
-    let counters: [Series<u64>; 9] = [
+    let counters: [Series<u64>; 11] = [
         (
             "ferrox_preemptions_total",
             "Sequences preempted for KV blocks (each resumes and loses nothing).",
@@ -371,6 +371,16 @@ fn render_scheduler(out: &mut String, models: &[(SchedulerStatus, String)]) {
         ),
         ("ferrox_steps_total", "Forward passes run.", |s| s.steps),
         (
+            "ferrox_spec_draft_tokens_total",
+            "Drafted tokens speculative decoding verified.",
+            |s| s.spec_drafted,
+        ),
+        (
+            "ferrox_spec_accepted_tokens_total",
+            "Drafted tokens the model's own draws matched (each saved a step).",
+            |s| s.spec_accepted,
+        ),
+        (
             "ferrox_worker_restarts_total",
             "Panics the scheduler worker recovered from.",
             |s| s.worker_restarts,
@@ -381,6 +391,17 @@ fn render_scheduler(out: &mut String, models: &[(SchedulerStatus, String)]) {
             value(s).to_string()
         });
     }
+    per_model(
+        out,
+        (
+            "ferrox_spec_acceptance_rate",
+            "gauge",
+            "Accepted over drafted tokens since start (0 before any draft).",
+        ),
+        "model",
+        models,
+        |s| (s.spec_accepted as f64 / s.spec_drafted.max(1) as f64).to_string(),
+    );
     per_model_by(
         out,
         (
@@ -443,7 +464,7 @@ pub async fn track_requests(
 /// vLLM's meanings: waiting = queued or preempted, running = in the batch (prefilling
 /// included), KV usage as a fraction, prefix-cache counters in tokens.
 fn render_gateway(out: &mut String, models: &[(SchedulerStatus, String)]) {
-    let series: [(&str, Series<String>); 6] = [
+    let series: [(&str, Series<String>); 8] = [
         (
             "gauge",
             (
@@ -485,6 +506,22 @@ fn render_gateway(out: &mut String, models: &[(SchedulerStatus, String)]) {
                 "vllm:prefix_cache_hits_total",
                 "Prompt tokens served from the prefix cache.",
                 |s| s.prefix_cache_hits.to_string(),
+            ),
+        ),
+        (
+            "counter",
+            (
+                "vllm:spec_decode_num_draft_tokens_total",
+                "Drafted tokens verified.",
+                |s| s.spec_drafted.to_string(),
+            ),
+        ),
+        (
+            "counter",
+            (
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "Drafted tokens accepted.",
+                |s| s.spec_accepted.to_string(),
             ),
         ),
         (

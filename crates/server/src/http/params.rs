@@ -257,6 +257,62 @@ pub const MAX_TOKENS_LIMIT: i64 = 1 << 24;
 
 /// Readers for parameters several protocols share, each under the name its protocol uses.
 impl Fields {
+    /// Speculative decoding for this request, a ferrox extension every protocol takes (and
+    /// llama-server's `/completion` spelling): `speculative: false` turns it off,
+    /// `speculative: {n_max, n_min, p_min}` sets its limits, and so do the flat keys
+    /// `speculative.n_max`, `speculative.n_min`, `speculative.p_min`. Speculation never
+    /// changes the tokens drawn (docs/SCHEDULER.md); this is for measuring and tuning.
+    pub fn speculative(&mut self) -> Result<ferrox_sched::SpecParams, ApiError> {
+        let mut spec = ferrox_sched::SpecParams::default();
+        match self.take_raw("speculative") {
+            None => {}
+            Some(Value::Bool(on)) => spec.enabled = on,
+            Some(v @ Value::Object(_)) => {
+                let mut f = Fields::nested(v, &self.path("speculative"))?;
+                spec.n_max = f.take("n_max")?;
+                spec.n_min = f.take("n_min")?;
+                spec.p_min = f.take("p_min")?;
+                f.finish()?;
+            }
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    self.path("speculative"),
+                    format!("expected a boolean or an object, got {}", kind(&other)),
+                ))
+            }
+        }
+        for (name, slot) in [("n_max", &mut spec.n_max), ("n_min", &mut spec.n_min)] {
+            if let Some(n) = self.take(&format!("speculative.{name}"))? {
+                *slot = Some(n);
+            }
+        }
+        if let Some(p) = self.take("speculative.p_min")? {
+            spec.p_min = Some(p);
+        }
+        let limit = ferrox_sched::MAX_DRAFT_TOKENS;
+        if let Some(n) = spec.n_max.filter(|&n| n > limit) {
+            return Err(ApiError::invalid(
+                self.path("speculative.n_max"),
+                format!("{n} is more than the {limit} drafted tokens a step may verify"),
+            ));
+        }
+        if let (Some(min), Some(max)) = (spec.n_min, spec.n_max) {
+            if min > max {
+                return Err(ApiError::invalid(
+                    self.path("speculative.n_min"),
+                    format!("{min} is more than speculative.n_max {max}"),
+                ));
+            }
+        }
+        if let Some(p) = spec.p_min.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(ApiError::invalid(
+                self.path("speculative.p_min"),
+                format!("{p} is not a probability (0 to 1)"),
+            ));
+        }
+        Ok(spec)
+    }
+
     /// A token budget (`max_tokens`, `max_output_tokens`, ...): at least 1 and sane.
     pub fn max_tokens(&mut self, name: &str) -> Result<Option<usize>, ApiError> {
         let path = self.path(name);

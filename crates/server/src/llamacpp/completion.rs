@@ -151,6 +151,10 @@ impl Native {
                 "n_probs": o.logprobs.unwrap_or(0),
                 "stream": o.stream,
                 "cache_prompt": o.reuse_cached_prompt,
+                "speculative": o.speculation.enabled,
+                "speculative.n_max": o.speculation.n_max,
+                "speculative.n_min": o.speculation.n_min,
+                "speculative.p_min": o.speculation.p_min,
             },
             "prompt": "",
             "has_new_line": c.text.contains('\n'),
@@ -167,6 +171,8 @@ impl Native {
                 "predicted_ms": predicted_ms,
                 "predicted_per_token_ms": per_token(u.completion_tokens, predicted_ms),
                 "predicted_per_second": per_second(u.completion_tokens, predicted_ms),
+                "draft_n": u.draft_tokens,
+                "draft_n_accepted": u.draft_accepted,
             },
         })
     }

@@ -11,6 +11,8 @@
 //!   token being an id or a text (every token of the text gets the bias), a bias `false`
 //!   banning the token;
 //! - `cache_prompt: false` computes the whole prompt, reusing nothing cached;
+//! - `speculative.n_max`, `speculative.n_min`, `speculative.p_min` set the request's
+//!   speculative decoding (and `speculative: false` turns it off, as on every protocol);
 //! - `json_schema`, or `grammar` — GBNF as llama.cpp takes it (translated to the grammar
 //!   engine's Lark, `core/gbnf.rs`), or Lark after a `%llguidance` line as llama.cpp's
 //!   llguidance builds take it — constrain the output; a grammar that cannot be translated
@@ -222,9 +224,6 @@ const UNSUPPORTED: &[&str] = &[
     "samplers",
     "image_data",
     "multimodal_data",
-    "speculative.n_max",
-    "speculative.n_min",
-    "speculative.p_min",
 ];
 
 fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
@@ -311,6 +310,7 @@ fn options(f: &mut Fields) -> Result<NativeOptions, ApiError> {
         logprobs,
         stream: f.take("stream")?.unwrap_or(false),
         reuse_cached_prompt: f.take("cache_prompt")?.unwrap_or(true),
+        speculation: f.speculative()?,
         ..GenerationOptions::default()
     };
     Ok(NativeOptions {

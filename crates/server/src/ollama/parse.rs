@@ -261,6 +261,7 @@ fn common(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
         seed: o.seed,
         stop: o.stop,
         stream,
+        speculation: f.speculative()?,
         grammar: grammar.map(|spec| GrammarRequest {
             spec,
             param: "format".into(),

@@ -72,13 +72,19 @@ pub fn finish_reason(finish: &Finish) -> &'static str {
     }
 }
 
-/// Chat's and completions' `usage`.
+/// Chat's and completions' `usage`. Speculative decoding's drafted tokens are reported the
+/// way OpenAI reports Predicted Outputs (a guess at the output, verified by the model):
+/// `completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`.
 pub fn usage_json(u: RequestUsage) -> Value {
     json!({
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": u.draft_accepted,
+            "rejected_prediction_tokens": u.draft_tokens - u.draft_accepted,
+        },
     })
 }
 

@@ -185,6 +185,7 @@ fn parse_options(f: &mut Fields) -> Result<(GenerationOptions, bool), ApiError> 
         stream,
         cache_salt,
         grammar,
+        speculation: f.speculative()?,
         ..GenerationOptions::default()
     };
     Ok((options, include_usage))

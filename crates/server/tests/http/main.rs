@@ -17,6 +17,7 @@ mod ollama;
 mod reasoning;
 mod responses;
 mod routes;
+mod speculative;
 mod structured;
 mod tls;
 mod tool_families;

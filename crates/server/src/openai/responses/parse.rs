@@ -50,6 +50,7 @@ pub fn parse_request(body: Value) -> Result<ResponsesRequest, ApiError> {
         seed: f.seed("seed")?,
         stream: f.take("stream")?.unwrap_or(false),
         cache_salt: cache_salt(&mut f)?,
+        speculation: f.speculative()?,
         ..GenerationOptions::default()
     };
     let (grammar, text_format) = text_format(&mut f)?;

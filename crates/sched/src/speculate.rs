@@ -1,0 +1,294 @@
+//! How many drafted tokens each decoding row verifies this step, decided by measurement.
+//!
+//! Verifying `k` drafted tokens makes a row's chunk `k + 1` positions long; the step then
+//! yields that row between 1 and `k + 1` tokens. Whether that pays depends on two things the
+//! worker measures instead of assuming:
+//! - **what a step costs** ([`StepCosts`]): the wall time of decode steps by the number of
+//!   positions they carry. Decode on a CPU reads every weight once per step, so while the
+//!   step is bound by memory bandwidth extra positions are nearly free; once many rows are
+//!   decoding the step is bound by compute and every position costs its full share;
+//! - **how often a row's drafts are right** ([`Acceptance`]): per row, decayed, so a row that
+//!   has stopped repeating itself stops being drafted for.
+//!
+//! A row's `i`-th drafted token yields a token only if all before it were accepted, which
+//! happens with probability `a^i` for acceptance rate `a`. [`allocate`] sorts every row's
+//! candidate positions by that expected yield and takes the number `S` of them that
+//! maximises the step's expected tokens per second, `(N + Σ yields) / cost(N + S)` for `N`
+//! decoding rows. At one row and a bandwidth-bound step that takes long drafts; at sixteen
+//! rows and a compute-bound step it takes none: the crossover is wherever the measured costs
+//! put it, on this machine and this model.
+//!
+//! Before a step with `n` positions has been measured, its cost is interpolated between
+//! measured ones; with only one measured, a position is assumed to cost a tenth of that
+//! step's cost per row (an optimistic prior, so that speculation is tried at all; the first
+//! verify step measures the real cost and every later decision uses it).
+
+/// Acceptance rate a row starts with, and the weight (in drafted tokens) of that prior.
+const PRIOR_RATE: f64 = 0.5;
+const PRIOR_WEIGHT: f64 = 2.0;
+/// How much of a row's history survives each drafted token compared: about the last ten
+/// matter.
+const DECAY: f64 = 0.9;
+/// Share of a step's measured cost per row assumed for one more position, until measured.
+const PRIOR_POSITION_COST: f64 = 0.1;
+/// Weight of a new measurement in a step-cost average.
+const COST_EWMA: f64 = 0.25;
+/// Steps of more positions than this are not tabulated (a decode step never has that many).
+const MAX_TABULATED: usize = 1024;
+
+/// How often a row's drafted tokens have been accepted lately.
+#[derive(Debug, Clone)]
+pub(crate) struct Acceptance {
+    accepted: f64,
+    tried: f64,
+}
+
+impl Default for Acceptance {
+    fn default() -> Self {
+        Self {
+            accepted: PRIOR_RATE * PRIOR_WEIGHT,
+            tried: PRIOR_WEIGHT,
+        }
+    }
+}
+
+impl Acceptance {
+    /// The estimated probability that the next drafted token is accepted.
+    pub(crate) fn rate(&self) -> f64 {
+        self.accepted / self.tried
+    }
+
+    /// After a verify step: `tried` drafted tokens were compared with the model's draws
+    /// (those after the first mismatch never are), `accepted` of them matched.
+    pub(crate) fn record(&mut self, tried: usize, accepted: usize) {
+        let keep = DECAY.powi(tried as i32);
+        self.accepted = self.accepted * keep + accepted as f64;
+        self.tried = self.tried * keep + tried as f64;
+    }
+}
+
+/// Measured wall time of decode-only steps, by the number of positions they carried.
+#[derive(Debug, Default)]
+pub(crate) struct StepCosts {
+    /// `secs[n]`: the running average of steps of `n` positions, if any was measured.
+    secs: Vec<Option<f64>>,
+}
+
+impl StepCosts {
+    /// Records a step of `positions` positions (no prompt chunk in it) that took `secs`.
+    pub(crate) fn record(&mut self, positions: usize, secs: f64) {
+        if positions == 0 || positions > MAX_TABULATED || !secs.is_finite() {
+            return;
+        }
+        if self.secs.len() <= positions {
+            self.secs.resize(positions + 1, None);
+        }
+        let slot = &mut self.secs[positions];
+        *slot = Some(match *slot {
+            Some(old) => old + COST_EWMA * (secs - old),
+            None => secs,
+        });
+    }
+
+    /// The estimated cost of a step of `n` positions: measured, interpolated between the
+    /// nearest measured sizes, extrapolated along the last two, or from one measured size and
+    /// the prior. `None` before any step was measured.
+    pub(crate) fn cost(&self, n: usize) -> Option<f64> {
+        let known: Vec<(usize, f64)> = self
+            .secs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|s| (i, s)))
+            .collect();
+        let (&first, &last) = (known.first()?, known.last()?);
+        if let Some(&(_, s)) = known.iter().find(|&&(i, _)| i == n) {
+            return Some(s);
+        }
+        if known.len() == 1 {
+            let (m, s) = first;
+            let per_position = PRIOR_POSITION_COST * s / m as f64;
+            return Some((s + per_position * (n as f64 - m as f64)).max(s * 0.5));
+        }
+        // The two measured sizes around `n`, or the two nearest on its side.
+        let pair = match known.iter().position(|&(i, _)| i > n) {
+            Some(0) => (known[0], known[1]),
+            Some(j) => (known[j - 1], known[j]),
+            None => (known[known.len() - 2], last),
+        };
+        let ((a, ca), (b, cb)) = pair;
+        let slope = ((cb - ca) / (b as f64 - a as f64)).max(0.0);
+        Some((ca + slope * (n as f64 - a as f64)).max(first.1.min(ca) * 0.5))
+    }
+}
+
+/// One decoding row's draft, as [`allocate`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate {
+    /// The row's acceptance rate.
+    pub(crate) rate: f64,
+    /// Drafted tokens available (already capped by the row's `n_max` and `max_tokens`).
+    pub(crate) available: usize,
+    /// Fewer than this many drafted tokens are not worth verifying (llama-server's
+    /// `n_min`); 0 or 1 means any.
+    pub(crate) n_min: usize,
+    /// A drafted token whose estimated chance of yielding is below this is not verified
+    /// (llama-server's `p_min`).
+    pub(crate) p_min: f64,
+}
+
+/// How many drafted tokens each candidate verifies this step (module docs): the choice that
+/// maximises expected tokens per second for a step with `decode_rows` decoding rows; or,
+/// not `adaptive`, every drafted token that `p_min` and `n_min` allow.
+pub(crate) fn allocate(
+    costs: &StepCosts,
+    decode_rows: usize,
+    candidates: &[Candidate],
+    adaptive: bool,
+) -> Vec<usize> {
+    let mut take = vec![0; candidates.len()];
+    // Every candidate position: (expected yield, row), best first; a row's positions come in
+    // its own order since a^i falls with i.
+    let mut positions: Vec<(f64, usize)> = Vec::new();
+    for (r, c) in candidates.iter().enumerate() {
+        let mut y = 1.0;
+        for _ in 0..c.available {
+            y *= c.rate;
+            if y < c.p_min || y <= 0.0 {
+                break;
+            }
+            positions.push((y, r));
+        }
+    }
+    if positions.is_empty() {
+        return take;
+    }
+    positions.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let base = costs.cost(decode_rows);
+    let best_s = match base {
+        _ if !adaptive => positions.len(),
+        None => 0, // nothing measured yet: this step measures the plain cost
+        Some(base) => best_share(costs, decode_rows, base, &positions),
+    };
+    for &(_, r) in &positions[..best_s] {
+        take[r] += 1;
+    }
+    for (t, c) in take.iter_mut().zip(candidates) {
+        if *t < c.n_min {
+            *t = 0;
+        }
+    }
+    take
+}
+
+/// How many of `positions` (expected yields, best first) maximise expected tokens per
+/// second, for a step of `decode_rows` rows that costs `base` without them.
+fn best_share(
+    costs: &StepCosts,
+    decode_rows: usize,
+    base: f64,
+    positions: &[(f64, usize)],
+) -> usize {
+    let (mut best, mut best_s) = (decode_rows as f64 / base, 0);
+    let mut tokens = decode_rows as f64;
+    for (s, &(y, _)) in positions.iter().enumerate() {
+        tokens += y;
+        let cost = costs.cost(decode_rows + s + 1).unwrap_or(base);
+        if tokens / cost > best {
+            (best, best_s) = (tokens / cost, s + 1);
+        }
+    }
+    best_s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(rate: f64, available: usize) -> Candidate {
+        Candidate {
+            rate,
+            available,
+            n_min: 0,
+            p_min: 0.0,
+        }
+    }
+
+    fn linear(base: f64, per_position: f64, upto: usize) -> StepCosts {
+        let mut c = StepCosts::default();
+        for n in 1..=upto {
+            c.record(n, base + per_position * n as f64);
+        }
+        c
+    }
+
+    #[test]
+    fn a_bandwidth_bound_step_verifies_long_drafts_a_compute_bound_one_none() {
+        // One row, a step of n positions costs 10 + 0.1 n: cheap positions.
+        let cheap = linear(10.0, 0.1, 64);
+        assert_eq!(allocate(&cheap, 1, &[cand(0.9, 16)], true), vec![16]);
+        // Every position costs as much as the whole base: drafting never pays.
+        let dear = linear(0.0, 1.0, 64);
+        assert_eq!(allocate(&dear, 1, &[cand(0.9, 16)], true), vec![0]);
+        // Sixteen rows on a step whose positions cost 1/4 of the base each: the step is
+        // compute-bound enough that a 50 % draft does not pay, a 95 % one still does.
+        let mid = linear(4.0, 1.0, 64);
+        let rows: Vec<Candidate> = (0..16).map(|_| cand(0.5, 8)).collect();
+        assert!(allocate(&mid, 16, &rows, true).iter().all(|&t| t == 0));
+        let sure: Vec<Candidate> = (0..16).map(|_| cand(0.95, 8)).collect();
+        assert!(allocate(&mid, 16, &sure, true).iter().sum::<usize>() > 0);
+    }
+
+    fn dear_costs() -> StepCosts {
+        linear(0.0, 1.0, 64)
+    }
+
+    #[test]
+    fn better_rows_get_the_positions_and_limits_hold() {
+        let cheap = linear(10.0, 1.0, 64);
+        let take = allocate(&cheap, 2, &[cand(0.2, 8), cand(0.9, 8)], true);
+        assert!(take[1] > take[0], "{take:?}");
+        // p_min cuts where a^i falls below it; n_min drops a short draft entirely.
+        let c = Candidate {
+            p_min: 0.5,
+            ..cand(0.8, 8)
+        };
+        assert_eq!(allocate(&linear(10.0, 0.01, 64), 1, &[c], true)[0], 3); // .8 .64 .51
+        let c = Candidate { n_min: 4, ..c };
+        assert_eq!(allocate(&linear(10.0, 0.01, 64), 1, &[c], true)[0], 0);
+        assert_eq!(
+            allocate(&StepCosts::default(), 1, &[cand(0.9, 8)], true),
+            vec![0]
+        );
+        // Not adaptive: every drafted token, whatever the costs say, within p_min and n_min.
+        assert_eq!(allocate(&dear_costs(), 1, &[cand(0.1, 8)], false), vec![8]);
+        assert_eq!(allocate(&dear_costs(), 1, &[c], false), vec![0]);
+    }
+
+    #[test]
+    fn costs_interpolate_extrapolate_and_average() {
+        let mut c = StepCosts::default();
+        assert_eq!(c.cost(3), None);
+        c.record(1, 10.0);
+        // One measurement: the prior, a tenth of the per-row cost per extra position.
+        assert!((c.cost(11).unwrap() - 20.0).abs() < 1e-9);
+        c.record(9, 18.0);
+        assert!((c.cost(5).unwrap() - 14.0).abs() < 1e-9);
+        assert!((c.cost(17).unwrap() - 26.0).abs() < 1e-9);
+        c.record(9, 22.0); // averaged in, not replaced
+        assert!((c.cost(9).unwrap() - 19.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn acceptance_follows_recent_history() {
+        let mut a = Acceptance::default();
+        assert!((a.rate() - PRIOR_RATE).abs() < 1e-12);
+        for _ in 0..30 {
+            a.record(8, 8);
+        }
+        assert!(a.rate() > 0.95);
+        for _ in 0..30 {
+            a.record(1, 0);
+        }
+        assert!(a.rate() < 0.1);
+    }
+}
