@@ -41,11 +41,58 @@
 use std::cell::RefCell;
 
 use ferrox_kernels::{
-    attn_accumulate_f16, attn_scores_f16, exp_f32, exp_shift_sum, prefetch_span, ThreadPool,
+    attn_accumulate_f16, attn_accumulate_q8, attn_scores_f16, attn_scores_q8, exp_f32,
+    exp_shift_sum, prefetch_span, quantize_q8_0, BlockQ8_0, ThreadPool,
 };
 use half::f16;
 
-use crate::kv::{BlockId, KvCache};
+use crate::kv::{BlockId, KvCache, KvElem, KvType};
+
+/// How queries meet keys of one storage type.
+trait Keys: KvElem {
+    /// Appends what the scores need of a query (`q`, already scaled): nothing for f16 keys,
+    /// its q8_0 blocks for q8_0 keys.
+    fn quantize_query(q: &[f32], out: &mut Vec<BlockQ8_0>);
+    /// `out[r * keys.len() + j]` = score of query head `r` of `q` (or of `q8`, its
+    /// [`Keys::quantize_query`]) with key `j`.
+    fn scores(q: &[f32], q8: &[BlockQ8_0], hd: usize, keys: &[&[Self]], out: &mut [f32]);
+}
+
+impl Keys for f16 {
+    fn quantize_query(_: &[f32], _: &mut Vec<BlockQ8_0>) {}
+    fn scores(q: &[f32], _: &[BlockQ8_0], hd: usize, keys: &[&[f16]], out: &mut [f32]) {
+        attn_scores_f16(q, hd, keys, out);
+    }
+}
+
+impl Keys for BlockQ8_0 {
+    fn quantize_query(q: &[f32], out: &mut Vec<BlockQ8_0>) {
+        let at = out.len();
+        out.resize(at + q.len() / 32, BlockQ8_0::default());
+        quantize_q8_0(q, &mut out[at..]);
+    }
+    fn scores(_: &[f32], q8: &[BlockQ8_0], hd: usize, keys: &[&[Self]], out: &mut [f32]) {
+        attn_scores_q8(q8, hd / 32, keys, out);
+    }
+}
+
+/// How probabilities weigh values of one storage type.
+trait Values: KvElem {
+    /// `acc[r] += Σ_j p[r * vs.len() + j] · vs[j]`, rows of `hd`.
+    fn accumulate(acc: &mut [f32], hd: usize, p: &[f32], vs: &[&[Self]]);
+}
+
+impl Values for f16 {
+    fn accumulate(acc: &mut [f32], hd: usize, p: &[f32], vs: &[&[f16]]) {
+        attn_accumulate_f16(acc, hd, p, vs);
+    }
+}
+
+impl Values for BlockQ8_0 {
+    fn accumulate(acc: &mut [f32], hd: usize, p: &[f32], vs: &[&[BlockQ8_0]]) {
+        attn_accumulate_q8(acc, hd, p, vs);
+    }
+}
 
 /// Most queries of one sequence handled by one task.
 const TILE: usize = 16;
@@ -84,6 +131,8 @@ struct Scratch {
     sum: Vec<f32>,
     acc: Vec<f32>,
     scores: Vec<f32>,
+    /// The tile's queries as q8_0 blocks, for q8_0 keys.
+    q8: Vec<BlockQ8_0>,
 }
 
 thread_local! {
@@ -120,24 +169,38 @@ pub(crate) fn attend(
     let mut tiles = tiles(queries, tile);
     // Longest first: the cost of a tile grows with its last position.
     tiles.sort_by_key(|t| std::cmp::Reverse(queries[t.end - 1].pos));
+    let types = (kv.shape().k_type, kv.shape().v_type);
     let out_ptr = OutPtr(out.as_mut_ptr());
     let task = |t: usize| {
         let _ = &out_ptr;
         let (tile, g) = (tiles[t / shape.n_head_kv].clone(), t % shape.n_head_kv);
+        let job = Job {
+            kv,
+            shape,
+            queries,
+            q,
+            out: &out_ptr,
+        };
         SCRATCH.with(|s| {
-            attend_tile(
-                kv,
-                shape,
-                queries,
-                tile,
-                g,
-                q,
-                &out_ptr,
-                &mut s.borrow_mut(),
-            )
+            let s = &mut s.borrow_mut();
+            match types {
+                (KvType::F16, KvType::F16) => job.tile::<f16, f16>(tile, g, s),
+                (KvType::F16, KvType::Q8_0) => job.tile::<f16, BlockQ8_0>(tile, g, s),
+                (KvType::Q8_0, KvType::F16) => job.tile::<BlockQ8_0, f16>(tile, g, s),
+                (KvType::Q8_0, KvType::Q8_0) => job.tile::<BlockQ8_0, BlockQ8_0>(tile, g, s),
+            }
         });
     };
     pool.for_each(tiles.len() * shape.n_head_kv, &task);
+}
+
+/// What every task of one attention call reads, and where it writes.
+struct Job<'a> {
+    kv: &'a KvCache,
+    shape: AttnShape,
+    queries: &'a [Query<'a>],
+    q: &'a [f32],
+    out: &'a OutPtr,
 }
 
 /// Splits the queries into runs of at most `tile` (≤ [`TILE`]) consecutive rows of one
@@ -161,100 +224,113 @@ fn lowest_pos(shape: &AttnShape, pos: usize) -> usize {
     shape.window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn attend_tile(
-    kv: &KvCache,
-    shape: AttnShape,
-    queries: &[Query],
-    tile: std::ops::Range<usize>,
-    g: usize,
-    q: &[f32],
-    out: &OutPtr,
-    s: &mut Scratch,
-) {
-    let hd = shape.head_dim;
-    let group = shape.n_head / shape.n_head_kv;
-    let q_dim = shape.n_head * hd;
-    let first = queries[tile.start];
-    let last = queries[tile.end - 1];
-    let n_rows = tile.len() * group;
-    s.max.clear();
-    s.max.resize(n_rows, f32::NEG_INFINITY);
-    s.sum.clear();
-    s.sum.resize(n_rows, 0.0);
-    s.acc.clear();
-    s.acc.resize(n_rows * hd, 0.0);
+impl Job<'_> {
+    /// One task: the queries of `tile` over KV head `g`, with keys stored as `K` and values as
+    /// `V`.
+    fn tile<K: Keys, V: Values>(&self, tile: std::ops::Range<usize>, g: usize, s: &mut Scratch) {
+        let Job {
+            kv,
+            shape,
+            queries,
+            q,
+            out,
+        } = *self;
+        let hd = shape.head_dim;
+        let group = shape.n_head / shape.n_head_kv;
+        let q_dim = shape.n_head * hd;
+        let first = queries[tile.start];
+        let last = queries[tile.end - 1];
+        let n_rows = tile.len() * group;
+        s.max.clear();
+        s.max.resize(n_rows, f32::NEG_INFINITY);
+        s.sum.clear();
+        s.sum.resize(n_rows, 0.0);
+        s.acc.clear();
+        s.acc.resize(n_rows * hd, 0.0);
 
-    // Queries of a tile are consecutive positions, so their ranges [lo, pos] both grow.
-    let lo_first = lowest_pos(&shape, first.pos);
-    let mut k_rows: [&[f16]; KEY_BLOCK] = [&[]; KEY_BLOCK];
-    let mut v_rows: [&[f16]; KEY_BLOCK] = [&[]; KEY_BLOCK];
-    for b in lo_first / KEY_BLOCK..=last.pos / KEY_BLOCK {
-        let b_start = b * KEY_BLOCK;
-        let from = b_start.max(lo_first);
-        let to = (b_start + KEY_BLOCK).min(last.pos + 1);
-        for p in from..to {
-            let (k, v) = kv.rows(kv.offset(shape.layer, first.blocks, p));
-            k_rows[p - b_start] = &k[g * hd..(g + 1) * hd];
-            v_rows[p - b_start] = &v[g * hd..(g + 1) * hd];
+        // Each query's heads of this group, as the keys' type needs them.
+        s.q8.clear();
+        for r in tile.clone() {
+            K::quantize_query(&q[r * q_dim + g * group * hd..][..group * hd], &mut s.q8);
         }
-        // The next key block's rows, fetched while this one computes: a decode step reads
-        // every sequence's whole K/V (tens of MB at 16 sequences), scattered over KV blocks
-        // that the hardware prefetcher picks up late (perf: the key loads were the hot spot).
-        for p in (b_start + KEY_BLOCK).max(lo_first)..(b_start + 2 * KEY_BLOCK).min(last.pos + 1) {
-            let (k, v) = kv.rows(kv.offset(shape.layer, first.blocks, p));
-            prefetch_span(k[g * hd..].as_ptr().cast(), hd * size_of::<f16>());
-            prefetch_span(v[g * hd..].as_ptr().cast(), hd * size_of::<f16>());
-        }
-        for (i, r) in tile.clone().enumerate() {
-            let pos = queries[r].pos;
-            let a = b_start.max(lowest_pos(&shape, pos));
-            let e = (b_start + KEY_BLOCK).min(pos + 1);
-            if a >= e {
-                continue;
+        let q8_per_query = s.q8.len() / tile.len();
+        // This KV head's part of a K (V) row, in elements of its type.
+        let (kh, vh) = (hd / K::VALUES, hd / V::VALUES);
+        // Queries of a tile are consecutive positions, so their ranges [lo, pos] both grow.
+        let lo_first = lowest_pos(&shape, first.pos);
+        let mut k_rows: [&[K]; KEY_BLOCK] = [&[]; KEY_BLOCK];
+        let mut v_rows: [&[V]; KEY_BLOCK] = [&[]; KEY_BLOCK];
+        for b in lo_first / KEY_BLOCK..=last.pos / KEY_BLOCK {
+            let b_start = b * KEY_BLOCK;
+            let from = b_start.max(lo_first);
+            let to = (b_start + KEY_BLOCK).min(last.pos + 1);
+            for p in from..to {
+                let slot = kv.slot(shape.layer, first.blocks, p);
+                k_rows[p - b_start] = &kv.k_row::<K>(slot)[g * kh..(g + 1) * kh];
+                v_rows[p - b_start] = &kv.v_row::<V>(slot)[g * vh..(g + 1) * vh];
             }
-            let rows = i * group..(i + 1) * group;
-            let q_g = &q[r * q_dim + g * group * hd..][..group * hd];
-            let keys = &k_rows[a - b_start..e - b_start];
-            let n = keys.len();
-            s.scores.resize(group * n, 0.0);
-            attn_scores_f16(q_g, hd, keys, &mut s.scores);
-            for (h, row) in rows.clone().enumerate() {
-                let sc = &mut s.scores[h * n..(h + 1) * n];
-                let m_old = s.max[row];
-                let m_new = sc.iter().copied().fold(m_old, f32::max);
-                let block_sum = exp_shift_sum(sc, m_new);
-                if m_new != m_old {
-                    // exp(-inf) = 0 on the first block; multiplying by 1 is skipped as exact.
-                    let scale = exp_f32(m_old - m_new);
-                    s.sum[row] *= scale;
-                    s.acc[row * hd..(row + 1) * hd]
-                        .iter_mut()
-                        .for_each(|x| *x *= scale);
+            // The next key block's rows, fetched while this one computes: a decode step reads
+            // every sequence's whole K/V (tens of MB at 16 sequences), scattered over KV blocks
+            // that the hardware prefetcher picks up late (perf: the key loads were the hot spot).
+            for p in
+                (b_start + KEY_BLOCK).max(lo_first)..(b_start + 2 * KEY_BLOCK).min(last.pos + 1)
+            {
+                let slot = kv.slot(shape.layer, first.blocks, p);
+                let (k, v) = (kv.k_row::<K>(slot), kv.v_row::<V>(slot));
+                prefetch_span(k[g * kh..].as_ptr().cast(), kh * size_of::<K>());
+                prefetch_span(v[g * vh..].as_ptr().cast(), vh * size_of::<V>());
+            }
+            for (i, r) in tile.clone().enumerate() {
+                let pos = queries[r].pos;
+                let a = b_start.max(lowest_pos(&shape, pos));
+                let e = (b_start + KEY_BLOCK).min(pos + 1);
+                if a >= e {
+                    continue;
                 }
-                s.sum[row] += block_sum;
-                s.max[row] = m_new;
+                let rows = i * group..(i + 1) * group;
+                let q_g = &q[r * q_dim + g * group * hd..][..group * hd];
+                let keys = &k_rows[a - b_start..e - b_start];
+                let n = keys.len();
+                s.scores.resize(group * n, 0.0);
+                let q8 = &s.q8[i * q8_per_query..(i + 1) * q8_per_query];
+                K::scores(q_g, q8, hd, keys, &mut s.scores);
+                for (h, row) in rows.clone().enumerate() {
+                    let sc = &mut s.scores[h * n..(h + 1) * n];
+                    let m_old = s.max[row];
+                    let m_new = sc.iter().copied().fold(m_old, f32::max);
+                    let block_sum = exp_shift_sum(sc, m_new);
+                    if m_new != m_old {
+                        // exp(-inf) = 0 on the first block; multiplying by 1 is skipped as exact.
+                        let scale = exp_f32(m_old - m_new);
+                        s.sum[row] *= scale;
+                        s.acc[row * hd..(row + 1) * hd]
+                            .iter_mut()
+                            .for_each(|x| *x *= scale);
+                    }
+                    s.sum[row] += block_sum;
+                    s.max[row] = m_new;
+                }
+                V::accumulate(
+                    &mut s.acc[rows.start * hd..rows.end * hd],
+                    hd,
+                    &s.scores[..group * n],
+                    &v_rows[a - b_start..e - b_start],
+                );
             }
-            attn_accumulate_f16(
-                &mut s.acc[rows.start * hd..rows.end * hd],
-                hd,
-                &s.scores[..group * n],
-                &v_rows[a - b_start..e - b_start],
-            );
         }
-    }
 
-    for (i, r) in tile.enumerate() {
-        for h in 0..group {
-            let row = i * group + h;
-            let inv = 1.0 / s.sum[row];
-            // SAFETY: (r, head) is written by this task only: r is in this task's tile and the
-            // head in its KV head's group; tiles are disjoint and each (tile, g) is one task.
-            let o = unsafe {
-                std::slice::from_raw_parts_mut(out.0.add(r * q_dim + (g * group + h) * hd), hd)
-            };
-            for (o, &a) in o.iter_mut().zip(&s.acc[row * hd..(row + 1) * hd]) {
-                *o = a * inv;
+        for (i, r) in tile.enumerate() {
+            for h in 0..group {
+                let row = i * group + h;
+                let inv = 1.0 / s.sum[row];
+                // SAFETY: (r, head) is written by this task only: r is in this task's tile and the
+                // head in its KV head's group; tiles are disjoint and each (tile, g) is one task.
+                let o = unsafe {
+                    std::slice::from_raw_parts_mut(out.0.add(r * q_dim + (g * group + h) * hd), hd)
+                };
+                for (o, &a) in o.iter_mut().zip(&s.acc[row * hd..(row + 1) * hd]) {
+                    *o = a * inv;
+                }
             }
         }
     }

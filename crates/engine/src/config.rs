@@ -255,12 +255,7 @@ impl ModelConfig {
 
     /// The KV geometry with an f16 cache.
     pub fn kv_shape(&self) -> KvShape {
-        KvShape {
-            n_layers: self.n_layer,
-            n_kv_heads: self.n_head_kv,
-            head_dim: self.head_dim,
-            elem_bytes: 2,
-        }
+        KvShape::f16(self.n_layer, self.n_head_kv, self.head_dim)
     }
 }
 

@@ -36,6 +36,10 @@ pub enum EngineError {
     },
     #[error("a chunk of {tokens} tokens cannot return logits for its last {logit_rows}")]
     TooManyLogitRows { logit_rows: usize, tokens: usize },
+    #[error(
+        "a {ty} KV cache needs heads of whole 32-value blocks; this model's are {head_dim} values"
+    )]
+    KvType { ty: &'static str, head_dim: usize },
     #[error("block id {block} is outside the KV cache of {n_blocks} blocks")]
     BlockOutOfRange { block: u32, n_blocks: usize },
     /// An encoder's step: a chunk that is not a whole sequence from position 0, or one that

@@ -7,20 +7,150 @@
 /// Index of one KV block in a [`KvCache`].
 pub type BlockId = u32;
 
+use ferrox_kernels::BlockQ8_0;
+use half::f16;
+
+/// How the cache stores K or V values (llama-server's `--cache-type-k` / `--cache-type-v`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvType {
+    /// Two bytes a value: what the forward computes, rounded once.
+    #[default]
+    F16,
+    /// Blocks of 32 int8 values and one f16 scale, 34 bytes per 32 values (0.53× f16):
+    /// llama.cpp's q8_0, near-lossless for K and V.
+    Q8_0,
+}
+
+impl KvType {
+    /// The names `--cache-type-k/-v` take.
+    pub const NAMES: &'static str = "f16, q8_0";
+
+    pub fn parse(name: &str) -> Option<KvType> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "f16" => Some(KvType::F16),
+            "q8_0" => Some(KvType::Q8_0),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Bytes of one row of `values` values (a whole number of 32-value blocks for q8_0).
+    pub fn row_bytes(self, values: usize) -> usize {
+        match self {
+            KvType::F16 => 2 * values,
+            KvType::Q8_0 => values / 32 * 34,
+        }
+    }
+
+    /// Whether a head of `head_dim` values can be stored this way: q8_0 needs whole blocks
+    /// per head, since attention reads each head's part of a row on its own.
+    pub fn fits_head(self, head_dim: usize) -> bool {
+        match self {
+            KvType::F16 => true,
+            KvType::Q8_0 => head_dim.is_multiple_of(32),
+        }
+    }
+}
+
 /// The geometry of one token's KV entry: what a position costs in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvShape {
     pub n_layers: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    /// Bytes per stored element (2 for the default f16 cache).
-    pub elem_bytes: usize,
+    pub k_type: KvType,
+    pub v_type: KvType,
 }
 
 impl KvShape {
+    /// A cache of f16 K and V (the default).
+    pub fn f16(n_layers: usize, n_kv_heads: usize, head_dim: usize) -> KvShape {
+        KvShape {
+            n_layers,
+            n_kv_heads,
+            head_dim,
+            k_type: KvType::F16,
+            v_type: KvType::F16,
+        }
+    }
+
+    /// The same geometry stored as `k_type` / `v_type`.
+    pub fn with_types(self, k_type: KvType, v_type: KvType) -> KvShape {
+        KvShape {
+            k_type,
+            v_type,
+            ..self
+        }
+    }
+
+    /// Values in one layer's K (or V) row of one position.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
     /// Bytes of K and V for one token position across all layers.
     pub fn bytes_per_token(&self) -> usize {
-        self.n_layers * self.n_kv_heads * self.head_dim * 2 * self.elem_bytes
+        let d = self.kv_dim();
+        self.n_layers * (self.k_type.row_bytes(d) + self.v_type.row_bytes(d))
+    }
+}
+
+/// A type a K or V row is stored as, viewed over the cache's 16-bit words (every row is a
+/// whole number of them: an f16 is one, a q8_0 block 17).
+pub trait KvElem: Copy + Sync + 'static {
+    const TYPE: KvType;
+    /// Values one element holds.
+    const VALUES: usize;
+    fn view(words: &[u16]) -> &[Self];
+    fn view_mut(words: &mut [u16]) -> &mut [Self];
+    /// Stores `x` (a whole row) as this type.
+    fn store(x: &[f32], out: &mut [Self]);
+}
+
+impl KvElem for f16 {
+    const TYPE: KvType = KvType::F16;
+    const VALUES: usize = 1;
+    fn view(words: &[u16]) -> &[f16] {
+        use half::slice::HalfBitsSliceExt;
+        words.reinterpret_cast::<f16>()
+    }
+    fn view_mut(words: &mut [u16]) -> &mut [f16] {
+        use half::slice::HalfBitsSliceExt;
+        words.reinterpret_cast_mut::<f16>()
+    }
+    fn store(x: &[f32], out: &mut [f16]) {
+        ferrox_kernels::f32_to_f16_slice(x, out);
+    }
+}
+
+impl KvElem for BlockQ8_0 {
+    const TYPE: KvType = KvType::Q8_0;
+    const VALUES: usize = 32;
+    fn view(words: &[u16]) -> &[BlockQ8_0] {
+        assert!((2 * words.len()).is_multiple_of(size_of::<BlockQ8_0>()));
+        // SAFETY: BlockQ8_0 is plain bytes with alignment 1, and the words hold whole blocks.
+        unsafe {
+            std::slice::from_raw_parts(words.as_ptr().cast(), 2 * words.len() / size_of::<Self>())
+        }
+    }
+    fn view_mut(words: &mut [u16]) -> &mut [BlockQ8_0] {
+        assert!((2 * words.len()).is_multiple_of(size_of::<BlockQ8_0>()));
+        // SAFETY: as in `view`, and the borrow is exclusive.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                words.as_mut_ptr().cast(),
+                2 * words.len() / size_of::<Self>(),
+            )
+        }
+    }
+    fn store(x: &[f32], out: &mut [BlockQ8_0]) {
+        ferrox_kernels::quantize_q8_0(x, out);
     }
 }
 
@@ -45,13 +175,16 @@ pub struct SeqChunk<'a> {
 
 /// KV storage for every layer, in blocks of `block_size` positions.
 ///
-/// Layout: for layer `l`, block `b`, slot `s`, the K (and separately V) row of `kv_dim` f16
-/// values starts at `((l * n_blocks + b) * block_size + s) * kv_dim`. Storage is allocated
-/// zeroed, so pages the scheduler never hands out cost no resident memory.
+/// Layout: for layer `l`, block `b`, slot `s`, the K (and separately V) row of one position
+/// is slot number `(l * n_blocks + b) * block_size + s`, `k_words` (`v_words`) 16-bit words
+/// from slot times that: `kv_dim` f16 values, or `kv_dim / 32` q8_0 blocks. Storage is
+/// allocated zeroed, so pages the scheduler never hands out cost no resident memory.
 pub struct KvCache {
     shape: KvShape,
     block_size: usize,
     n_blocks: usize,
+    k_words: usize,
+    v_words: usize,
     k: Vec<u16>,
     v: Vec<u16>,
 }
@@ -60,13 +193,24 @@ impl KvCache {
     /// A cache of `n_blocks` blocks of `block_size` positions for a model of `shape`.
     pub fn new(shape: KvShape, block_size: usize, n_blocks: usize) -> KvCache {
         assert!(block_size > 0, "KV block size must be positive");
-        let n = shape.n_layers * n_blocks * block_size * shape.n_kv_heads * shape.head_dim;
+        for ty in [shape.k_type, shape.v_type] {
+            assert!(
+                ty.fits_head(shape.head_dim),
+                "{} KV needs heads of whole blocks",
+                ty.name()
+            );
+        }
+        let slots = shape.n_layers * n_blocks * block_size;
+        let k_words = shape.k_type.row_bytes(shape.kv_dim()) / 2;
+        let v_words = shape.v_type.row_bytes(shape.kv_dim()) / 2;
         KvCache {
             shape,
             block_size,
             n_blocks,
-            k: vec![0u16; n],
-            v: vec![0u16; n],
+            k_words,
+            v_words,
+            k: vec![0u16; slots * k_words],
+            v: vec![0u16; slots * v_words],
         }
     }
 
@@ -95,45 +239,52 @@ impl KvCache {
         if from == to {
             return;
         }
-        let d = self.kv_dim();
-        let n = positions * d;
         for layer in 0..self.shape.n_layers {
-            let src = self.offset(layer, &[from], 0);
-            let dst = self.offset(layer, &[to], 0);
-            self.k.copy_within(src..src + n, dst);
-            self.v.copy_within(src..src + n, dst);
+            let src = self.slot(layer, &[from], 0);
+            let dst = self.slot(layer, &[to], 0);
+            let (kw, vw) = (self.k_words, self.v_words);
+            self.k
+                .copy_within(src * kw..(src + positions) * kw, dst * kw);
+            self.v
+                .copy_within(src * vw..(src + positions) * vw, dst * vw);
         }
     }
 
-    fn kv_dim(&self) -> usize {
-        self.shape.n_kv_heads * self.shape.head_dim
-    }
-
-    /// Element offset of (layer, position) for a sequence whose block table is `blocks`.
-    /// Callers have validated the table against the position.
+    /// The slot of (layer, position) for a sequence whose block table is `blocks`. Callers
+    /// have validated the table against the position.
     #[inline]
-    pub(crate) fn offset(&self, layer: usize, blocks: &[BlockId], pos: usize) -> usize {
+    pub(crate) fn slot(&self, layer: usize, blocks: &[BlockId], pos: usize) -> usize {
         let block = blocks[pos / self.block_size] as usize;
-        ((layer * self.n_blocks + block) * self.block_size + pos % self.block_size) * self.kv_dim()
+        (layer * self.n_blocks + block) * self.block_size + pos % self.block_size
     }
 
-    /// The K and V rows (f16) at `offset`, for writing.
-    #[inline]
-    pub(crate) fn rows_mut(&mut self, offset: usize) -> (&mut [half::f16], &mut [half::f16]) {
-        use half::slice::HalfBitsSliceExt;
-        let d = self.kv_dim();
-        let k = self.k[offset..offset + d].reinterpret_cast_mut::<half::f16>();
-        let v = self.v[offset..offset + d].reinterpret_cast_mut::<half::f16>();
-        (k, v)
+    /// Stores one position's K and V rows (`kv_dim` values each) at `slot`, in the cache's
+    /// types.
+    pub(crate) fn store(&mut self, slot: usize, k: &[f32], v: &[f32]) {
+        let (kw, vw) = (self.k_words, self.v_words);
+        let k_dst = &mut self.k[slot * kw..(slot + 1) * kw];
+        match self.shape.k_type {
+            KvType::F16 => f16::store(k, f16::view_mut(k_dst)),
+            KvType::Q8_0 => BlockQ8_0::store(k, BlockQ8_0::view_mut(k_dst)),
+        }
+        let v_dst = &mut self.v[slot * vw..(slot + 1) * vw];
+        match self.shape.v_type {
+            KvType::F16 => f16::store(v, f16::view_mut(v_dst)),
+            KvType::Q8_0 => BlockQ8_0::store(v, BlockQ8_0::view_mut(v_dst)),
+        }
     }
 
-    /// The K and V rows (f16) at `offset`.
+    /// The K row at `slot`, as `K` (which must be the cache's K type).
     #[inline]
-    pub(crate) fn rows(&self, offset: usize) -> (&[half::f16], &[half::f16]) {
-        use half::slice::HalfBitsSliceExt;
-        let d = self.kv_dim();
-        let k = self.k[offset..offset + d].reinterpret_cast::<half::f16>();
-        let v = self.v[offset..offset + d].reinterpret_cast::<half::f16>();
-        (k, v)
+    pub(crate) fn k_row<K: KvElem>(&self, slot: usize) -> &[K] {
+        debug_assert_eq!(K::TYPE, self.shape.k_type);
+        K::view(&self.k[slot * self.k_words..(slot + 1) * self.k_words])
+    }
+
+    /// The V row at `slot`, as `V` (which must be the cache's V type).
+    #[inline]
+    pub(crate) fn v_row<V: KvElem>(&self, slot: usize) -> &[V] {
+        debug_assert_eq!(V::TYPE, self.shape.v_type);
+        V::view(&self.v[slot * self.v_words..(slot + 1) * self.v_words])
     }
 }

@@ -29,5 +29,5 @@ pub use config::{Arch, ModelConfig};
 pub use error::EngineError;
 /// The kernels' thread pool, which a server shares between its models ([`Model::load_in`]).
 pub use ferrox_kernels::ThreadPool;
-pub use kv::{BlockId, KvCache, KvShape, SeqChunk};
+pub use kv::{BlockId, KvCache, KvShape, KvType, SeqChunk};
 pub use model::{release_freed_memory, Model};

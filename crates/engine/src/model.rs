@@ -23,7 +23,7 @@ use crate::attention::{attend, AttnShape, Query};
 use crate::config::{Activation, ModelConfig};
 use crate::encoder::{Encoder, EncoderWeights};
 use crate::error::EngineError;
-use crate::kv::{KvCache, KvShape, SeqChunk};
+use crate::kv::{KvCache, KvShape, KvType, SeqChunk};
 use crate::ops::{par_rows, rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{LayerWeights, Matrix, Weights};
@@ -198,9 +198,34 @@ impl Model {
         self.pool.n_threads()
     }
 
-    /// An empty KV cache of `n_blocks` blocks of `block_size_tokens` positions.
+    /// An empty f16 KV cache of `n_blocks` blocks of `block_size_tokens` positions.
     pub fn new_kv_cache(&self, block_size_tokens: usize, n_blocks: usize) -> KvCache {
         KvCache::new(self.kv_shape(), block_size_tokens, n_blocks)
+    }
+
+    /// The KV geometry stored as `k` and `v`, or the reason this model's heads cannot be
+    /// (q8_0 needs heads of whole 32-value blocks).
+    pub fn kv_shape_of(&self, k: KvType, v: KvType) -> Result<KvShape, EngineError> {
+        let shape = self.kv_shape().with_types(k, v);
+        for ty in [k, v] {
+            if !ty.fits_head(shape.head_dim) {
+                return Err(EngineError::KvType {
+                    ty: ty.name(),
+                    head_dim: shape.head_dim,
+                });
+            }
+        }
+        Ok(shape)
+    }
+
+    /// An empty KV cache of `shape` ([`Self::kv_shape_of`]).
+    pub fn new_kv_cache_of(
+        &self,
+        shape: KvShape,
+        block_size_tokens: usize,
+        n_blocks: usize,
+    ) -> KvCache {
+        KvCache::new(shape, block_size_tokens, n_blocks)
     }
 
     /// Runs one step over every chunk (each a sequence's next tokens at its next positions)
@@ -523,10 +548,9 @@ impl Model {
             rope_heads(row, hd, rope.row(r), k_norm, None, eps, style)
         });
         for (r, query) in queries.iter().enumerate() {
-            let off = kv.offset(il, query.blocks, query.pos);
-            let (k_dst, v_dst) = kv.rows_mut(off);
-            ferrox_kernels::f32_to_f16_slice(&s.k[r * kvd..(r + 1) * kvd], k_dst);
-            ferrox_kernels::f32_to_f16_slice(&s.v[r * kvd..(r + 1) * kvd], v_dst);
+            let slot = kv.slot(il, query.blocks, query.pos);
+            let rows = r * kvd..(r + 1) * kvd;
+            kv.store(slot, &s.k[rows.clone()], &s.v[rows]);
         }
         let shape = AttnShape {
             layer: il,

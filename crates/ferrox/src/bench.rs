@@ -6,12 +6,15 @@
 //!   together, N steps, aggregate generated tokens per second.
 //!
 //! Each is repeated `-r` times and reported as min/median/max. The steps go through
-//! `forward_multi_seq`, the same call the scheduler makes, on a KV cache sized for the run.
+//! `forward_multi_seq`, the same call the scheduler makes, on a KV cache sized for the run
+//! and stored as `-ctk` / `-ctv` say. With `-d N` (llama-bench's depth) every test runs after
+//! N tokens already in each sequence's KV (computed first, untimed), and is named `pp512 @
+//! d4000` and so on.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ferrox_engine::{Model, SeqChunk};
+use ferrox_engine::{KvShape, KvType, Model, SeqChunk};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -36,9 +39,25 @@ pub struct BenchArgs {
     /// Prompt length of each sequence in the batch tests (as llama-batched-bench's -npp).
     #[arg(long, default_value_t = 128)]
     batch_prompt: usize,
+    /// Tokens already in the KV before each test (llama-bench's -d).
+    #[arg(short = 'd', long, default_value_t = 0)]
+    depth: usize,
+    /// How the KV cache stores keys: f16 or q8_0 (llama-bench's -ctk).
+    #[arg(long = "cache-type-k", visible_alias = "ctk", default_value = "f16")]
+    cache_type_k: String,
+    /// How the KV cache stores values: f16 or q8_0 (llama-bench's -ctv).
+    #[arg(long = "cache-type-v", visible_alias = "ctv", default_value = "f16")]
+    cache_type_v: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// What every run of one `ferrox bench` shares.
+struct Setup<'a> {
+    m: &'a Model,
+    shape: KvShape,
+    depth: usize,
 }
 
 const BLOCK: usize = 16;
@@ -49,21 +68,35 @@ fn prompt_tokens(n: usize, seed: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Runs `n_seqs` sequences: prefill each, then `n_gen` steps decoding all together.
-/// Returns (prefill seconds, decode seconds).
-fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64) {
-    let per_seq = (prompt + n_gen).div_ceil(BLOCK) + 1;
-    let mut kv = m.new_kv_cache(BLOCK, per_seq * n_seqs);
+/// Runs `n_seqs` sequences: `depth` tokens each (untimed), then a prefill of `prompt` each,
+/// then `n_gen` steps decoding all together. Returns (prefill seconds, decode seconds).
+fn run_once(setup: &Setup, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64) {
+    let (m, depth) = (setup.m, setup.depth);
+    let per_seq = (depth + prompt + n_gen).div_ceil(BLOCK) + 1;
+    let mut kv = m.new_kv_cache_of(setup.shape, BLOCK, per_seq * n_seqs);
     let tables: Vec<Vec<u32>> = (0..n_seqs)
         .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
         .collect();
+    for (s, table) in tables.iter().enumerate() {
+        let toks = prompt_tokens(depth, s + 1000, m.vocab_size());
+        for (i, piece) in toks.chunks(512).enumerate() {
+            let chunk = SeqChunk {
+                tokens: piece,
+                start_pos: i * 512,
+                blocks: table,
+                logit_rows: 0,
+                want_hidden: false,
+            };
+            m.forward_multi_seq(&mut kv, &[chunk]).expect("depth");
+        }
+    }
     let t0 = Instant::now();
     let mut last = vec![0u32; n_seqs];
     for (s, table) in tables.iter().enumerate() {
         let toks = prompt_tokens(prompt.max(1), s, m.vocab_size());
         let chunk = SeqChunk {
             tokens: &toks,
-            start_pos: 0,
+            start_pos: depth,
             blocks: table,
             logit_rows: usize::from(n_gen > 0),
             want_hidden: false,
@@ -81,7 +114,7 @@ fn run_once(m: &Model, n_seqs: usize, prompt: usize, n_gen: usize) -> (f64, f64)
             .zip(&toks)
             .map(|(table, t)| SeqChunk {
                 tokens: t,
-                start_pos: prompt.max(1) + step,
+                start_pos: depth + prompt.max(1) + step,
                 blocks: table,
                 logit_rows: 1,
                 want_hidden: false,
@@ -117,26 +150,45 @@ fn stat(mut v: Vec<f64>) -> Stat {
 pub fn bench(args: BenchArgs) -> Result<(), String> {
     let path = crate::resolve_model(args.model)?;
     let m = Model::load(&path, args.threads).map_err(|e| e.to_string())?;
+    let kv_type = |name: &str, flag: &str| {
+        KvType::parse(name).ok_or_else(|| format!("{flag} {name:?}: one of {}", KvType::NAMES))
+    };
+    let (k, v) = (
+        kv_type(&args.cache_type_k, "--cache-type-k")?,
+        kv_type(&args.cache_type_v, "--cache-type-v")?,
+    );
+    let setup = Setup {
+        m: &m,
+        shape: m.kv_shape_of(k, v).map_err(|e| e.to_string())?,
+        depth: args.depth,
+    };
+    let at = if args.depth > 0 {
+        format!(" @ d{}", args.depth)
+    } else {
+        String::new()
+    };
     let reps = args.reps.max(1);
     let mut results: Vec<(String, Stat)> = Vec::new();
     // Warm up: page the weights in.
-    run_once(&m, 1, 8, 2);
+    run_once(&Setup { depth: 0, ..setup }, 1, 8, 2);
     if args.prompt > 0 {
         let v = (0..reps)
-            .map(|_| args.prompt as f64 / run_once(&m, 1, args.prompt, 0).0)
+            .map(|_| args.prompt as f64 / run_once(&setup, 1, args.prompt, 0).0)
             .collect();
-        results.push((format!("pp{}", args.prompt), stat(v)));
+        results.push((format!("pp{}{at}", args.prompt), stat(v)));
     }
     if args.n_gen > 0 {
         let v = (0..reps)
-            .map(|_| args.n_gen as f64 / run_once(&m, 1, 1, args.n_gen).1)
+            .map(|_| args.n_gen as f64 / run_once(&setup, 1, 1, args.n_gen).1)
             .collect();
-        results.push((format!("tg{}", args.n_gen), stat(v)));
+        results.push((format!("tg{}{at}", args.n_gen), stat(v)));
         for &b in &args.batch {
             let v = (0..reps)
-                .map(|_| (b * args.n_gen) as f64 / run_once(&m, b, args.batch_prompt, args.n_gen).1)
+                .map(|_| {
+                    (b * args.n_gen) as f64 / run_once(&setup, b, args.batch_prompt, args.n_gen).1
+                })
                 .collect();
-            results.push((format!("batch{b}"), stat(v)));
+            results.push((format!("batch{b}{at}"), stat(v)));
         }
     }
     if args.json {
@@ -147,17 +199,22 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
         println!("{}", serde_json::Value::Object(obj));
     } else {
         println!(
-            "model: {} | threads: {} | reps: {reps} | isa: {}",
+            "model: {} | threads: {} | reps: {reps} | isa: {} | kv: {}/{}",
             path.display(),
             m.n_threads(),
-            ferrox_kernels::Isa::best().name()
+            ferrox_kernels::Isa::best().name(),
+            k.name(),
+            v.name()
         );
         println!(
-            "{:>10} {:>10} {:>10} {:>10}",
+            "{:>16} {:>10} {:>10} {:>10}",
             "test", "min t/s", "median", "max"
         );
-        for (k, s) in results {
-            println!("{k:>10} {:>10.2} {:>10.2} {:>10.2}", s.min, s.median, s.max);
+        for (name, s) in results {
+            println!(
+                "{name:>16} {:>10.2} {:>10.2} {:>10.2}",
+                s.min, s.median, s.max
+            );
         }
     }
     Ok(())

@@ -82,6 +82,21 @@ pub struct ServeArgs {
     /// decide].
     #[arg(long = "spec-draft-n-min", env = "FERROX_SPEC_N_MIN")]
     pub spec_draft_n_min: Option<usize>,
+    /// How the KV cache stores keys: `f16` or `q8_0` (llama-server's flag; q8_0 takes 0.53×
+    /// the bytes) [default: f16].
+    #[arg(
+        long = "cache-type-k",
+        visible_alias = "ctk",
+        env = "FERROX_CACHE_TYPE_K"
+    )]
+    pub cache_type_k: Option<String>,
+    /// How the KV cache stores values: `f16` or `q8_0` [default: f16].
+    #[arg(
+        long = "cache-type-v",
+        visible_alias = "ctv",
+        env = "FERROX_CACHE_TYPE_V"
+    )]
+    pub cache_type_v: Option<String>,
     /// Most requests waiting for a slot; more get 503 [default: 256].
     #[arg(long, env = "FERROX_CB_MAX_QUEUE")]
     pub max_queue: Option<usize>,
@@ -199,6 +214,8 @@ impl ServeArgs {
             "FERROX_PREFIX_CACHE" | "FERROX_SPEC_ADAPTIVE" => std::env::var(var).ok(),
             "FERROX_CB_PREFILL_ORDER" => self.prefill_order.clone(),
             "FERROX_SPEC_TYPE" => self.spec_type.clone(),
+            "FERROX_CACHE_TYPE_K" => self.cache_type_k.clone(),
+            "FERROX_CACHE_TYPE_V" => self.cache_type_v.clone(),
             _ => None,
         })
         .map_err(|e| e.to_string())?;
@@ -206,6 +223,8 @@ impl ServeArgs {
         c.prefill_order = switches.prefill_order;
         c.speculation.kind = switches.speculation.kind;
         c.speculation.adaptive = switches.speculation.adaptive;
+        c.cache_type_k = switches.cache_type_k;
+        c.cache_type_v = switches.cache_type_v;
         if let Some(n) = self.spec_draft_n_max {
             c.speculation.n_max = n;
         }

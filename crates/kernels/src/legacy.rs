@@ -473,7 +473,7 @@ impl Legacy32 for BlockQ5_1 {
 }
 
 impl BlockQ8_0 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, qs) = fit_q8(x);
         BlockQ8_0 {
             d: f32_to_f16(d),

@@ -37,6 +37,8 @@ pub struct Limits {
     pub total_blocks: usize,
     /// KV bytes of one block: `block_size_tokens × KvShape::bytes_per_token()`.
     pub bytes_per_block: u64,
+    /// The model's KV geometry in the configured storage types.
+    pub kv_shape: KvShape,
     pub max_queue: usize,
     pub max_seqs: usize,
     pub vocab_size: usize,
@@ -120,6 +122,15 @@ impl Limits {
         vocab_size: usize,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let kv_shape = kv_shape.with_types(config.cache_type_k, config.cache_type_v);
+        for ty in [kv_shape.k_type, kv_shape.v_type] {
+            if !ty.fits_head(kv_shape.head_dim) {
+                return Err(ConfigError::KvType {
+                    ty: ty.name(),
+                    head_dim: kv_shape.head_dim,
+                });
+            }
+        }
         let bytes_per_block = (config.kv_block_size_tokens * kv_shape.bytes_per_token()) as u64;
         let total_blocks = match config.kv_budget {
             KvBudget::Blocks(n) => n,
@@ -142,6 +153,7 @@ impl Limits {
             block_size_tokens: config.kv_block_size_tokens,
             total_blocks,
             bytes_per_block,
+            kv_shape,
             max_queue: config.max_queue,
             max_seqs: config.max_seqs,
             vocab_size,
@@ -223,12 +235,7 @@ mod tests {
     fn limits() -> Limits {
         // 2 layers × 1 KV head × 4 dims × 2 (K, V) × 2 bytes = 32 bytes a token; 4-token
         // blocks are 128 bytes; 10 blocks, 40 positions, 1280 bytes.
-        let shape = KvShape {
-            n_layers: 2,
-            n_kv_heads: 1,
-            head_dim: 4,
-            elem_bytes: 2,
-        };
+        let shape = KvShape::f16(2, 1, 4);
         let config = SchedulerConfig {
             kv_block_size_tokens: 4,
             kv_budget: KvBudget::Bytes(1300),

@@ -7,6 +7,7 @@
 //! (each with its `FERROX_CB_*` variable, through clap) and parses the two switches with
 //! `from_lookup`, so every spelling is read by one parser.
 
+use ferrox_engine::KvType;
 use std::num::ParseIntError;
 
 /// How the KV cache is sized: a block count, or a byte budget divided by the bytes of one
@@ -56,6 +57,12 @@ pub struct SchedulerConfig {
     pub prefill_order: PrefillOrder,
     /// Speculative decoding (`crate::speculate`): which drafter, and how long a draft may be.
     pub speculation: SpecConfig,
+    /// How the KV cache stores K and V (llama-server's `--cache-type-k` / `--cache-type-v`).
+    /// `FERROX_CACHE_TYPE_K` / `FERROX_CACHE_TYPE_V` (`f16` or `q8_0`), default f16: q8_0
+    /// halves the KV of a long context (34 bytes per 32 values) for a small change in the
+    /// numbers (docs/PERFORMANCE.md has its KL divergence beside llama.cpp's).
+    pub cache_type_k: KvType,
+    pub cache_type_v: KvType,
 }
 
 /// The server's speculative decoding: llama-server's `--spec-type`, `--spec-draft-n-max`,
@@ -133,6 +140,8 @@ impl Default for SchedulerConfig {
             prefix_cache: true,
             prefill_order: PrefillOrder::Oldest,
             speculation: SpecConfig::default(),
+            cache_type_k: KvType::F16,
+            cache_type_v: KvType::F16,
         }
     }
 }
@@ -168,6 +177,10 @@ pub enum ConfigError {
         MAX_DRAFT_TOKENS
     )]
     DraftLimits { n_min: usize, n_max: usize },
+    #[error(
+        "a {ty} KV cache needs heads of whole 32-value blocks; this model's are {head_dim} values"
+    )]
+    KvType { ty: &'static str, head_dim: usize },
     #[error("could not start the scheduler worker thread: {0}")]
     Spawn(#[from] std::io::Error),
 }
@@ -240,6 +253,14 @@ impl SchedulerConfig {
                 "round-robin" => PrefillOrder::RoundRobin,
                 _ => return Err(err(v)),
             };
+        }
+        for (var, slot) in [
+            ("FERROX_CACHE_TYPE_K", &mut c.cache_type_k),
+            ("FERROX_CACHE_TYPE_V", &mut c.cache_type_v),
+        ] {
+            if let Some((v, err)) = choice(var, KvType::NAMES) {
+                *slot = KvType::parse(&v).ok_or_else(|| err(v))?;
+            }
         }
         if let Some((v, err)) = choice("FERROX_SPEC_ADAPTIVE", "1, 0, on, off, true, false") {
             c.speculation.adaptive = match v.as_str() {
@@ -316,6 +337,7 @@ mod tests {
             ("FERROX_SPEC_N_MAX", "8"),
             ("FERROX_SPEC_N_MIN", "2"),
             ("FERROX_SPEC_ADAPTIVE", "off"),
+            ("FERROX_CACHE_TYPE_K", "Q8_0"),
         ])
         .unwrap();
         assert_eq!(
@@ -336,6 +358,8 @@ mod tests {
                     n_min: 2,
                     adaptive: false,
                 },
+                cache_type_k: KvType::Q8_0,
+                cache_type_v: KvType::F16,
             }
         );
         let c = from(&[("FERROX_CB_KV_BUDGET_BYTES", "1000000")]).unwrap();

@@ -24,8 +24,8 @@ impl StepModel for Model {
         Model::max_context(self)
     }
 
-    fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> KvCache {
-        self.new_kv_cache(block_size_tokens, n_blocks)
+    fn new_kv(&self, shape: KvShape, block_size_tokens: usize, n_blocks: usize) -> KvCache {
+        self.new_kv_cache_of(shape, block_size_tokens, n_blocks)
     }
 
     fn copy_kv(&self, kv: &mut KvCache, from: BlockId, to: BlockId, positions: usize) {

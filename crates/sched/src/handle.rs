@@ -47,6 +47,9 @@ impl Scheduler {
             model.vocab_size(),
         )?;
         let shared = Arc::new(Shared::default());
+        // The pool's size is known now: a status read before the worker's first tick shows
+        // it, not zeros.
+        shared.publish(&crate::status::WorkerStats::initial(&limits));
         let (inbox, commands) = mpsc::channel();
         let worker_shared = Arc::clone(&shared);
         // One set of secret keys per pool: the handle names a prompt's blocks on the

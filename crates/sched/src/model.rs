@@ -25,8 +25,10 @@ pub trait StepModel: Send + Sync + 'static {
     fn vocab_size(&self) -> usize;
     /// The context length the model was trained for, in tokens.
     fn max_context(&self) -> usize;
-    /// A cache of `n_blocks` blocks of `block_size_tokens` positions each, ids `0..n_blocks`.
-    fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> Self::Kv;
+    /// A cache of `n_blocks` blocks of `block_size_tokens` positions each, ids `0..n_blocks`,
+    /// storing K and V as `shape` says (the model's [`StepModel::kv_shape`] in the configured
+    /// types, which admission checked the model's heads can take).
+    fn new_kv(&self, shape: KvShape, block_size_tokens: usize, n_blocks: usize) -> Self::Kv;
     /// Values in one token's final hidden state (what an embedding pools).
     fn hidden_size(&self) -> usize;
     /// Whether a token attends only to earlier ones. An encoder (false) attends to its whole

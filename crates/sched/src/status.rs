@@ -102,6 +102,18 @@ pub(crate) struct WorkerStats {
     pub(crate) spec_accepted: u64,
 }
 
+impl WorkerStats {
+    /// Before the first tick: an empty pool of the configured size.
+    pub(crate) fn initial(limits: &crate::admission::Limits) -> Self {
+        WorkerStats {
+            blocks_total: limits.total_blocks,
+            block_size_tokens: limits.block_size_tokens,
+            blocks_free: limits.total_blocks,
+            ..WorkerStats::default()
+        }
+    }
+}
+
 /// State shared by the handles and the worker.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {

@@ -64,12 +64,7 @@ impl FakeModel {
             logits: FakeLogits::Hash,
             max_context: 4096,
             // 2 layers × 1 head × 8 dims × 2 × 2 bytes = 64 bytes a position.
-            kv_shape: KvShape {
-                n_layers: 2,
-                n_kv_heads: 1,
-                head_dim: 8,
-                elem_bytes: 2,
-            },
+            kv_shape: KvShape::f16(2, 1, 8),
         }
     }
 
@@ -217,7 +212,7 @@ impl StepModel for FakeModel {
         self.max_context
     }
 
-    fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> FakeKv {
+    fn new_kv(&self, _: KvShape, block_size_tokens: usize, n_blocks: usize) -> FakeKv {
         FakeKv {
             block_size: block_size_tokens,
             slots: vec![None; block_size_tokens * n_blocks],
@@ -389,8 +384,8 @@ impl<M: StepModel> StepModel for Probe<M> {
         self.inner.max_context()
     }
 
-    fn new_kv(&self, block_size_tokens: usize, n_blocks: usize) -> M::Kv {
-        self.inner.new_kv(block_size_tokens, n_blocks)
+    fn new_kv(&self, shape: KvShape, block_size_tokens: usize, n_blocks: usize) -> M::Kv {
+        self.inner.new_kv(shape, block_size_tokens, n_blocks)
     }
 
     fn copy_kv(&self, kv: &mut M::Kv, from: BlockId, to: BlockId, positions: usize) {

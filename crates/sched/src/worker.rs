@@ -136,14 +136,13 @@ impl<M: StepModel> Worker<M> {
         hasher: Option<BlockHasher>,
         shared: Arc<Shared>,
     ) -> Self {
-        let kv = model.new_kv(limits.block_size_tokens, limits.total_blocks);
+        let kv = model.new_kv(
+            limits.kv_shape,
+            limits.block_size_tokens,
+            limits.total_blocks,
+        );
         let whole_prompts = !model.causal();
-        let stats = WorkerStats {
-            blocks_total: limits.total_blocks,
-            block_size_tokens: limits.block_size_tokens,
-            blocks_free: limits.total_blocks,
-            ..WorkerStats::default()
-        };
+        let stats = WorkerStats::initial(&limits);
         Self {
             model,
             limits,

@@ -85,7 +85,7 @@ impl StepModel for NoKv {
     fn max_context(&self) -> usize {
         self.0.max_context()
     }
-    fn new_kv(&self, _: usize, _: usize) -> FakeKv {
+    fn new_kv(&self, _: KvShape, _: usize, _: usize) -> FakeKv {
         panic!("no memory for the KV cache");
     }
     fn copy_kv(&self, _: &mut FakeKv, _: u32, _: u32, _: usize) {}

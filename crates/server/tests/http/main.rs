@@ -11,6 +11,7 @@ mod default_model;
 mod embeddings;
 mod errors;
 mod generation;
+mod kv_types;
 mod llamacpp;
 mod models;
 mod ollama;
