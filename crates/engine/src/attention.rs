@@ -41,8 +41,8 @@
 use std::cell::RefCell;
 
 use ferrox_kernels::{
-    attn_accumulate_f16, attn_accumulate_q8, attn_scores_f16, attn_scores_q8, exp_f32,
-    exp_shift_sum, prefetch_span, quantize_q8_0, BlockQ8_0, ThreadPool,
+    attn_accumulate_f16, attn_accumulate_int8, attn_scores_f16, attn_scores_int8, exp_f32,
+    exp_shift_sum, prefetch_span, quantize_kv, BlockQ4_0, BlockQ8_0, ThreadPool,
 };
 use half::f16;
 
@@ -65,16 +65,30 @@ impl Keys for f16 {
     }
 }
 
-impl Keys for BlockQ8_0 {
-    fn quantize_query(q: &[f32], out: &mut Vec<BlockQ8_0>) {
-        let at = out.len();
-        out.resize(at + q.len() / 32, BlockQ8_0::default());
-        quantize_q8_0(q, &mut out[at..]);
-    }
-    fn scores(_: &[f32], q8: &[BlockQ8_0], hd: usize, keys: &[&[Self]], out: &mut [f32]) {
-        attn_scores_q8(q8, hd / 32, keys, out);
-    }
+/// Keys and values of the 32-value block types: queries as q8_0 blocks, the int8 kernels.
+macro_rules! block_kv {
+    ($block:ty) => {
+        impl Keys for $block {
+            fn quantize_query(q: &[f32], out: &mut Vec<BlockQ8_0>) {
+                let at = out.len();
+                out.resize(at + q.len() / 32, BlockQ8_0::default());
+                quantize_kv(q, &mut out[at..]);
+            }
+            fn scores(_: &[f32], q8: &[BlockQ8_0], hd: usize, keys: &[&[Self]], out: &mut [f32]) {
+                attn_scores_int8(q8, hd / 32, keys, out);
+            }
+        }
+
+        impl Values for $block {
+            fn accumulate(acc: &mut [f32], hd: usize, p: &[f32], vs: &[&[Self]]) {
+                attn_accumulate_int8(acc, hd, p, vs);
+            }
+        }
+    };
 }
+
+block_kv!(BlockQ8_0);
+block_kv!(BlockQ4_0);
 
 /// How probabilities weigh values of one storage type.
 trait Values: KvElem {
@@ -85,12 +99,6 @@ trait Values: KvElem {
 impl Values for f16 {
     fn accumulate(acc: &mut [f32], hd: usize, p: &[f32], vs: &[&[f16]]) {
         attn_accumulate_f16(acc, hd, p, vs);
-    }
-}
-
-impl Values for BlockQ8_0 {
-    fn accumulate(acc: &mut [f32], hd: usize, p: &[f32], vs: &[&[BlockQ8_0]]) {
-        attn_accumulate_q8(acc, hd, p, vs);
     }
 }
 
@@ -183,11 +191,10 @@ pub(crate) fn attend(
         };
         SCRATCH.with(|s| {
             let s = &mut s.borrow_mut();
-            match types {
-                (KvType::F16, KvType::F16) => job.tile::<f16, f16>(tile, g, s),
-                (KvType::F16, KvType::Q8_0) => job.tile::<f16, BlockQ8_0>(tile, g, s),
-                (KvType::Q8_0, KvType::F16) => job.tile::<BlockQ8_0, f16>(tile, g, s),
-                (KvType::Q8_0, KvType::Q8_0) => job.tile::<BlockQ8_0, BlockQ8_0>(tile, g, s),
+            match types.0 {
+                KvType::F16 => job.tile_k::<f16>(types.1, tile, g, s),
+                KvType::Q8_0 => job.tile_k::<BlockQ8_0>(types.1, tile, g, s),
+                KvType::Q4_0 => job.tile_k::<BlockQ4_0>(types.1, tile, g, s),
             }
         });
     };
@@ -225,6 +232,15 @@ fn lowest_pos(shape: &AttnShape, pos: usize) -> usize {
 }
 
 impl Job<'_> {
+    /// [`Job::tile`] with keys stored as `K` and values as `v`.
+    fn tile_k<K: Keys>(&self, v: KvType, tile: std::ops::Range<usize>, g: usize, s: &mut Scratch) {
+        match v {
+            KvType::F16 => self.tile::<K, f16>(tile, g, s),
+            KvType::Q8_0 => self.tile::<K, BlockQ8_0>(tile, g, s),
+            KvType::Q4_0 => self.tile::<K, BlockQ4_0>(tile, g, s),
+        }
+    }
+
     /// One task: the queries of `tile` over KV head `g`, with keys stored as `K` and values as
     /// `V`.
     fn tile<K: Keys, V: Values>(&self, tile: std::ops::Range<usize>, g: usize, s: &mut Scratch) {

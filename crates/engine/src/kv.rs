@@ -7,7 +7,7 @@
 /// Index of one KV block in a [`KvCache`].
 pub type BlockId = u32;
 
-use ferrox_kernels::BlockQ8_0;
+use ferrox_kernels::{quantize_kv, BlockQ4_0, BlockQ8_0};
 use half::f16;
 
 /// How the cache stores K or V values (llama-server's `--cache-type-k` / `--cache-type-v`).
@@ -19,16 +19,20 @@ pub enum KvType {
     /// Blocks of 32 int8 values and one f16 scale, 34 bytes per 32 values (0.53× f16):
     /// llama.cpp's q8_0, near-lossless for K and V.
     Q8_0,
+    /// Blocks of 32 four-bit values (`q − 8`) and one f16 scale, 18 bytes per 32 values
+    /// (0.28× f16): llama.cpp's q4_0, for contexts that must fit at a visible cost in fidelity.
+    Q4_0,
 }
 
 impl KvType {
     /// The names `--cache-type-k/-v` take.
-    pub const NAMES: &'static str = "f16, q8_0";
+    pub const NAMES: &'static str = "f16, q8_0, q4_0";
 
     pub fn parse(name: &str) -> Option<KvType> {
         match name.trim().to_ascii_lowercase().as_str() {
             "f16" => Some(KvType::F16),
             "q8_0" => Some(KvType::Q8_0),
+            "q4_0" => Some(KvType::Q4_0),
             _ => None,
         }
     }
@@ -37,6 +41,7 @@ impl KvType {
         match self {
             KvType::F16 => "f16",
             KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
         }
     }
 
@@ -45,15 +50,16 @@ impl KvType {
         match self {
             KvType::F16 => 2 * values,
             KvType::Q8_0 => values / 32 * 34,
+            KvType::Q4_0 => values / 32 * 18,
         }
     }
 
-    /// Whether a head of `head_dim` values can be stored this way: q8_0 needs whole blocks
-    /// per head, since attention reads each head's part of a row on its own.
+    /// Whether a head of `head_dim` values can be stored this way: the block types need
+    /// whole blocks per head, since attention reads each head's part of a row on its own.
     pub fn fits_head(self, head_dim: usize) -> bool {
         match self {
             KvType::F16 => true,
-            KvType::Q8_0 => head_dim.is_multiple_of(32),
+            KvType::Q8_0 | KvType::Q4_0 => head_dim.is_multiple_of(32),
         }
     }
 }
@@ -129,30 +135,42 @@ impl KvElem for f16 {
     }
 }
 
-impl KvElem for BlockQ8_0 {
-    const TYPE: KvType = KvType::Q8_0;
-    const VALUES: usize = 32;
-    fn view(words: &[u16]) -> &[BlockQ8_0] {
-        assert!((2 * words.len()).is_multiple_of(size_of::<BlockQ8_0>()));
-        // SAFETY: BlockQ8_0 is plain bytes with alignment 1, and the words hold whole blocks.
-        unsafe {
-            std::slice::from_raw_parts(words.as_ptr().cast(), 2 * words.len() / size_of::<Self>())
+/// The 32-value block types: views over whole blocks, written by their quantizer.
+macro_rules! block_elem {
+    ($block:ty, $ty:expr) => {
+        impl KvElem for $block {
+            const TYPE: KvType = $ty;
+            const VALUES: usize = 32;
+            fn view(words: &[u16]) -> &[Self] {
+                assert!((2 * words.len()).is_multiple_of(size_of::<Self>()));
+                // SAFETY: the block is plain bytes with alignment 1, and the words hold whole
+                // blocks.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        words.as_ptr().cast(),
+                        2 * words.len() / size_of::<Self>(),
+                    )
+                }
+            }
+            fn view_mut(words: &mut [u16]) -> &mut [Self] {
+                assert!((2 * words.len()).is_multiple_of(size_of::<Self>()));
+                // SAFETY: as in `view`, and the borrow is exclusive.
+                unsafe {
+                    std::slice::from_raw_parts_mut(
+                        words.as_mut_ptr().cast(),
+                        2 * words.len() / size_of::<Self>(),
+                    )
+                }
+            }
+            fn store(x: &[f32], out: &mut [Self]) {
+                quantize_kv(x, out);
+            }
         }
-    }
-    fn view_mut(words: &mut [u16]) -> &mut [BlockQ8_0] {
-        assert!((2 * words.len()).is_multiple_of(size_of::<BlockQ8_0>()));
-        // SAFETY: as in `view`, and the borrow is exclusive.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                words.as_mut_ptr().cast(),
-                2 * words.len() / size_of::<Self>(),
-            )
-        }
-    }
-    fn store(x: &[f32], out: &mut [BlockQ8_0]) {
-        ferrox_kernels::quantize_q8_0(x, out);
-    }
+    };
 }
+
+block_elem!(BlockQ8_0, KvType::Q8_0);
+block_elem!(BlockQ4_0, KvType::Q4_0);
 
 /// One sequence's share of a forward step: `tokens` at positions `start_pos..`, with KV in
 /// `blocks` (the sequence's block table, covering at least `start_pos + tokens.len()`
@@ -171,6 +189,15 @@ pub struct SeqChunk<'a> {
     /// Whether the step should return the final hidden state (after the output norm) of
     /// every token of the chunk: what an embedding pools.
     pub want_hidden: bool,
+}
+
+/// Stores one row `x` as `ty` into its words.
+fn store(ty: KvType, x: &[f32], words: &mut [u16]) {
+    match ty {
+        KvType::F16 => f16::store(x, f16::view_mut(words)),
+        KvType::Q8_0 => BlockQ8_0::store(x, BlockQ8_0::view_mut(words)),
+        KvType::Q4_0 => BlockQ4_0::store(x, BlockQ4_0::view_mut(words)),
+    }
 }
 
 /// KV storage for every layer, in blocks of `block_size` positions.
@@ -262,16 +289,16 @@ impl KvCache {
     /// types.
     pub(crate) fn store(&mut self, slot: usize, k: &[f32], v: &[f32]) {
         let (kw, vw) = (self.k_words, self.v_words);
-        let k_dst = &mut self.k[slot * kw..(slot + 1) * kw];
-        match self.shape.k_type {
-            KvType::F16 => f16::store(k, f16::view_mut(k_dst)),
-            KvType::Q8_0 => BlockQ8_0::store(k, BlockQ8_0::view_mut(k_dst)),
-        }
-        let v_dst = &mut self.v[slot * vw..(slot + 1) * vw];
-        match self.shape.v_type {
-            KvType::F16 => f16::store(v, f16::view_mut(v_dst)),
-            KvType::Q8_0 => BlockQ8_0::store(v, BlockQ8_0::view_mut(v_dst)),
-        }
+        store(
+            self.shape.k_type,
+            k,
+            &mut self.k[slot * kw..(slot + 1) * kw],
+        );
+        store(
+            self.shape.v_type,
+            v,
+            &mut self.v[slot * vw..(slot + 1) * vw],
+        );
     }
 
     /// The K row at `slot`, as `K` (which must be the cache's K type).

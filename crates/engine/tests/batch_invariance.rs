@@ -261,15 +261,17 @@ fn logits_of_every_position_equal_one_token_steps() {
     }
 }
 
-/// A q8_0 KV cache (K, V, or both) keeps batch and chunk invariance, on random-weight models
+/// A q8_0 or q4_0 KV cache (K, V, or both) keeps batch and chunk invariance, on random-weight models
 /// whose heads are whole 32-value blocks and on the default model; and its logits stay close
 /// to the f16 cache's (the same greedy tokens on most steps, every logit near).
 #[test]
-fn q8_0_kv_is_batch_and_chunk_invariant_and_close_to_f16() {
+fn quantized_kv_is_batch_and_chunk_invariant_and_q8_0_close_to_f16() {
     let q8 = [
         (KvType::Q8_0, KvType::Q8_0),
         (KvType::Q8_0, KvType::F16),
         (KvType::F16, KvType::Q8_0),
+        (KvType::Q4_0, KvType::Q4_0),
+        (KvType::Q8_0, KvType::Q4_0),
     ];
     for arch in [Arch::Gemma3, Arch::Qwen3] {
         let spec = SyntheticSpec {
@@ -293,6 +295,8 @@ fn q8_0_kv_is_batch_and_chunk_invariant_and_close_to_f16() {
     let shape = m.kv_shape_of(KvType::Q8_0, KvType::Q8_0).unwrap();
     check_kv(&m, shape, &ps, 3, &[7]);
     let f16 = run(&m, &ps, usize::MAX, 3, true);
+    let q4 = m.kv_shape_of(KvType::Q4_0, KvType::Q4_0).unwrap();
+    check_kv(&m, q4, &ps, 3, &[7]);
     let q8 = run_kv(&m, shape, &ps, usize::MAX, 3, true);
     assert!(
         f16 != q8,

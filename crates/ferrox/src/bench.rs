@@ -7,7 +7,7 @@
 //!
 //! Each is repeated `-r` times and reported as min/median/max. The steps go through
 //! `forward_multi_seq`, the same call the scheduler makes, on a KV cache sized for the run
-//! and stored as `-ctk` / `-ctv` say. With `-d N` (llama-bench's depth) every test runs after
+//! and stored as `--ctk` / `--ctv` say (llama-bench's `-ctk` / `-ctv`). With `-d N` (llama-bench's depth) every test runs after
 //! N tokens already in each sequence's KV (computed first, untimed), and is named `pp512 @
 //! d4000` and so on.
 
@@ -42,10 +42,10 @@ pub struct BenchArgs {
     /// Tokens already in the KV before each test (llama-bench's -d).
     #[arg(short = 'd', long, default_value_t = 0)]
     depth: usize,
-    /// How the KV cache stores keys: f16 or q8_0 (llama-bench's -ctk).
+    /// How the KV cache stores keys: f16, q8_0 or q4_0 (llama-bench's -ctk).
     #[arg(long = "cache-type-k", visible_alias = "ctk", default_value = "f16")]
     cache_type_k: String,
-    /// How the KV cache stores values: f16 or q8_0 (llama-bench's -ctv).
+    /// How the KV cache stores values: f16, q8_0 or q4_0 (llama-bench's -ctv).
     #[arg(long = "cache-type-v", visible_alias = "ctv", default_value = "f16")]
     cache_type_v: String,
     /// Print one JSON object instead of a table.

@@ -82,15 +82,15 @@ pub struct ServeArgs {
     /// decide].
     #[arg(long = "spec-draft-n-min", env = "FERROX_SPEC_N_MIN")]
     pub spec_draft_n_min: Option<usize>,
-    /// How the KV cache stores keys: `f16` or `q8_0` (llama-server's flag; q8_0 takes 0.53×
-    /// the bytes) [default: f16].
+    /// How the KV cache stores keys: `f16`, `q8_0` or `q4_0` (llama-server's flag; q8_0
+    /// takes 0.53× the bytes, q4_0 0.28×) [default: f16].
     #[arg(
         long = "cache-type-k",
         visible_alias = "ctk",
         env = "FERROX_CACHE_TYPE_K"
     )]
     pub cache_type_k: Option<String>,
-    /// How the KV cache stores values: `f16` or `q8_0` [default: f16].
+    /// How the KV cache stores values: `f16`, `q8_0` or `q4_0` [default: f16].
     #[arg(
         long = "cache-type-v",
         visible_alias = "ctv",

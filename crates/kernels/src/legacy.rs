@@ -377,7 +377,7 @@ legacy_weight_block!(BlockQ8_0, GgmlType::Q8_0);
 legacy_weight_block!(BlockQ8_1, GgmlType::Q8_1);
 
 impl BlockQ4_0 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, q) = fit_offset(x, 8);
         BlockQ4_0 {
             d: f32_to_f16(d),

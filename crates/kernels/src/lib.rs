@@ -92,7 +92,7 @@ mod acts;
 mod attn;
 #[cfg(target_arch = "x86_64")]
 mod attn_avx512;
-mod attn_q8;
+mod attn_int8;
 mod block;
 #[cfg(target_arch = "x86_64")]
 mod dot4;
@@ -121,8 +121,9 @@ pub use attn::{
     attn_accumulate_f16, attn_accumulate_f16_isa, attn_scores_f16, attn_scores_f16_isa, exp_f32,
     exp_shift_sum, exp_shift_sum_isa, gelu_tanh_mul, gelu_tanh_mul_isa, silu_mul, silu_mul_isa,
 };
-pub use attn_q8::{
-    attn_accumulate_q8, attn_accumulate_q8_isa, attn_scores_q8, attn_scores_q8_isa, quantize_q8_0,
+pub use attn_int8::{
+    attn_accumulate_int8, attn_accumulate_int8_isa, attn_scores_int8, attn_scores_int8_isa,
+    quantize_kv, KvBlock,
 };
 pub use block::{
     as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, prefetch_span, vec_dot, ActBlock, Block,

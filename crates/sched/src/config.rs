@@ -58,8 +58,8 @@ pub struct SchedulerConfig {
     /// Speculative decoding (`crate::speculate`): which drafter, and how long a draft may be.
     pub speculation: SpecConfig,
     /// How the KV cache stores K and V (llama-server's `--cache-type-k` / `--cache-type-v`).
-    /// `FERROX_CACHE_TYPE_K` / `FERROX_CACHE_TYPE_V` (`f16` or `q8_0`), default f16: q8_0
-    /// halves the KV of a long context (34 bytes per 32 values) for a small change in the
+    /// `FERROX_CACHE_TYPE_K` / `FERROX_CACHE_TYPE_V` (`f16`, `q8_0` or `q4_0`), default f16:
+    /// q8_0 halves the KV of a long context (34 bytes per 32 values) for a small change in the
     /// numbers (docs/PERFORMANCE.md has its KL divergence beside llama.cpp's).
     pub cache_type_k: KvType,
     pub cache_type_v: KvType,
