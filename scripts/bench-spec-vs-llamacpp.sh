@@ -35,11 +35,7 @@ run() {
     shift 4
     "$@" >"$OUT/$name.$scenario.$round.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 600); do
-        kill -0 "$pid" 2>/dev/null || { cat "$OUT/$name.$scenario.$round.log" >&2; exit 1; }
-        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
+    wait_healthy "$pid" "$PORT" "$OUT/$name.$scenario.$round.log" || exit 1
     "$FERROX" bench serve --url "http://127.0.0.1:$PORT" --scenario "$scenario" --spec "$spec" \
         --json >"$OUT/$name.$scenario.$round.json"
     kill -INT "$pid"

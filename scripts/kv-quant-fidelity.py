@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""What a q8_0 KV cache costs in fidelity, ours beside llama.cpp's (issue 24, item 4).
+"""What a quantized KV cache costs in fidelity, ours beside llama.cpp's (issue 24, item 4).
 
 Teacher-forced over the positions `--from`..`--to` of one fixed text (its first `--to`
 tokens: deep in a long context, where a quantized cache has the most to get wrong), each
 engine is asked for its top-20 log-probabilities at every position twice: with an f16 KV
-cache and with q8_0. The figure is the mean KL(f16 || q8_0) of each engine over those
+cache and with a quantized one (q8_0 or q4_0; the `*-q8` URLs). The figure is the mean
+KL(f16 || quantized) of each engine over those
 positions, bounded from below from the two top-20 lists as `fidelity-gate.py` bounds it (the
 f16 list's ids are buckets, everything else one tail bucket), and how often the top-1
 changes. Target: ours no larger than llama.cpp's.
@@ -67,7 +68,7 @@ def main():
             "top1_changed": flips / len(kls),
             "positions": len(kls),
         }
-        print(f"{who:>6}: mean KL(f16 || q8_0) {out[who]['mean_kld']:.6f}, "
+        print(f"{who:>6}: mean KL(f16 || quantized) {out[who]['mean_kld']:.6f}, "
               f"p99 {out[who]['p99_kld']:.5f}, top-1 changed at "
               f"{100 * out[who]['top1_changed']:.2f}% of {len(kls)} positions "
               f"({a.lo}..{a.hi})")

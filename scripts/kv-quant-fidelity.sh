@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A q8_0 KV cache's fidelity, ours beside llama.cpp's (scripts/kv-quant-fidelity.py says how):
-# serves the default model four times — ferrox and llama-server, each with an f16 and a q8_0
-# KV cache — and compares each engine's q8_0 run with its own f16 run, teacher-forced deep in
+# A quantized KV cache's fidelity, ours beside llama.cpp's (scripts/kv-quant-fidelity.py says
+# how): serves the default model four times — ferrox and llama-server, each with an f16 and a
+# `KV` (q8_0 or q4_0) cache — and compares each engine's quantized run with its own f16 run, teacher-forced deep in
 # a ~4k-token context. Exit status 0 when ours is no worse than llama.cpp's.
 #
-#   scripts/kv-quant-fidelity.sh        # THREADS=2 FROM=3000 TO=4000
+#   scripts/kv-quant-fidelity.sh        # THREADS=2 FROM=3000 TO=4000 KV=q8_0 (or q4_0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ source scripts/llamacpp.sh
 THREADS=${THREADS:-2}
 FROM=${FROM:-3000}
 TO=${TO:-4000}
+KV=${KV:-q8_0}
 LOG=$(mktemp -d)
 
 python3 -c 'import numpy, gguf' 2>/dev/null || python3 -m pip install --quiet numpy gguf
@@ -29,19 +30,14 @@ serve() { # port log cmd...
     shift 2
     "$@" --host 127.0.0.1 --port "$port" >"$LOG/$log.log" 2>&1 &
     PIDS+=($!)
-    for _ in $(seq 1 240); do
-        curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
-        sleep 0.5
-    done
-    echo "$log did not become healthy: $LOG/$log.log" >&2
-    return 1
+    wait_healthy "$!" "$port" "$LOG/$log.log"
 }
 serve 18441 ferrox-f16 "$FERROX" serve -m "$MODEL" -t "$THREADS"
-serve 18442 ferrox-q8 "$FERROX" serve -m "$MODEL" -t "$THREADS" --cache-type-k q8_0 \
-    --cache-type-v q8_0
+serve 18442 ferrox-q8 "$FERROX" serve -m "$MODEL" -t "$THREADS" --cache-type-k "$KV" \
+    --cache-type-v "$KV"
 LLAMA=("$LCPP/build/bin/llama-server" -m "$MODEL" -t "$THREADS" -c 8192 -fa on)
 serve 18443 llama-f16 "${LLAMA[@]}"
-serve 18444 llama-q8 "${LLAMA[@]}" -ctk q8_0 -ctv q8_0
+serve 18444 llama-q8 "${LLAMA[@]}" -ctk "$KV" -ctv "$KV"
 
 python3 scripts/kv-quant-fidelity.py --text "$LOG/text.md" --from "$FROM" --to "$TO" \
     --ours-f16 http://127.0.0.1:18441 --ours-q8 http://127.0.0.1:18442 \

@@ -49,16 +49,23 @@ build_ferrox() {
     [ -f "$MODEL" ] || "$FERROX" pull
 }
 
+# Waits until the server PID answers /health on 127.0.0.1:PORT (at most 120 s); if it dies
+# or never answers, prints its LOG and fails.  Usage: wait_healthy PID PORT LOG
+wait_healthy() {
+    for _ in $(seq 1 1200); do
+        kill -0 "$1" 2>/dev/null || { cat "$3" >&2; return 1; }
+        curl -sf "http://127.0.0.1:$2/health" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "no /health on port $2 within 120 s; the server's log: $3" >&2
+    return 1
+}
+
 # Starts `ferrox serve -t THREADS` on 127.0.0.1:PORT (logging to LOG), waits for /health and
 # stops it when the script exits; sets FERROX_PID.  Usage: serve_ferrox PORT THREADS LOG
 serve_ferrox() {
     "$FERROX" serve -t "$2" --host 127.0.0.1 --port "$1" >"$3" 2>&1 &
     FERROX_PID=$!
     trap 'kill "$FERROX_PID" 2>/dev/null || true' EXIT
-    for _ in $(seq 1 240); do
-        curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0
-        sleep 0.5
-    done
-    echo "ferrox serve did not become healthy; its log: $3" >&2
-    return 1
+    wait_healthy "$FERROX_PID" "$1" "$3"
 }

@@ -104,8 +104,9 @@ pub enum SpecKind {
 }
 
 impl SpecKind {
-    /// The names `--spec-type` and `FERROX_SPEC_TYPE` take.
-    pub const NAMES: &'static str = "none, ngram";
+    /// The names `--spec-type` and `FERROX_SPEC_TYPE` take (llama-server's `draft-*` types,
+    /// a second model proposing the tokens, are refused by this message).
+    pub const NAMES: &'static str = "none, ngram (draft-model speculation is not built yet)";
 
     pub fn parse(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
@@ -384,7 +385,8 @@ mod tests {
         let e = from(&[("FERROX_SPEC_TYPE", "eagle")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "environment variable FERROX_SPEC_TYPE=\"eagle\" must be one of none, ngram"
+            "environment variable FERROX_SPEC_TYPE=\"eagle\" must be one of none, ngram \
+             (draft-model speculation is not built yet)"
         );
         let e = from(&[("FERROX_SPEC_N_MIN", "9"), ("FERROX_SPEC_N_MAX", "8")]).unwrap_err();
         assert!(matches!(e, ConfigError::DraftLimits { n_min: 9, n_max: 8 }));

@@ -713,8 +713,9 @@ impl Row {
         (self.generated_tokens() == self.max_tokens).then(|| Finish::new(FinishReason::Length))
     }
 
-    /// Ends the row: flushes held text and sends the final event. The lease drops with `self`.
-    pub(crate) fn finish(mut self, finish: Finish) {
+    /// Ends the row: flushes held text and builds the final event. The lease drops with
+    /// `self` here, before the caller sends the event ([`Done::send`]).
+    pub(crate) fn finish(mut self, finish: Finish) -> Done {
         let flushed_text = match finish.stopped_by {
             Some(StopMatch::String(_)) => String::new(),
             _ => self.stop.finish(),
@@ -739,8 +740,23 @@ impl Row {
             flushed_text,
             embedding,
         };
+        Done {
+            events: self.events.clone(),
+            completion,
+        }
+    }
+}
+
+/// A finished row's last event, built and not sent yet ([`Row::finish`]).
+pub(crate) struct Done {
+    events: UnboundedSender<Event>,
+    completion: Completion,
+}
+
+impl Done {
+    pub(crate) fn send(self) {
         // A client that is gone has nobody to tell.
-        let _ = self.events.send(Event::Done(completion));
+        let _ = self.events.send(Event::Done(self.completion));
     }
 }
 

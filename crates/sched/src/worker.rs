@@ -655,8 +655,8 @@ impl<M: StepModel> Worker<M> {
     }
 
     /// The one exit from the batch: keeps the row's last, partly computed block cached as a
-    /// tail (unless the row failed: its KV is suspect), sends `Done`, drops the row and with
-    /// it the KV lease.
+    /// tail (unless the row failed: its KV is suspect), publishes the counts, sends `Done`,
+    /// drops the row and with it the KV lease.
     fn retire(&mut self, id: RequestId, finish: Finish) {
         let parked = self
             .parked
@@ -681,7 +681,12 @@ impl<M: StepModel> Worker<M> {
             FinishReason::Cancelled => f.cancelled += 1,
             FinishReason::Error(_) => f.error += 1,
         }
-        row.finish(finish);
+        // The row and its blocks are gone, the counts published, and only then does `Done`
+        // go out: a client that has its reply and then reads the status finds its tokens and
+        // its blocks counted (the tick's own publish comes after every retire).
+        let done = row.finish(finish);
+        self.publish();
+        done.send();
     }
 
     /// A failed forward: every row in the step gets the error (their KV is suspect).
