@@ -5,6 +5,7 @@
 # a ~4k-token context. Exit status 0 when ours is no worse than llama.cpp's.
 #
 #   scripts/kv-quant-fidelity.sh        # THREADS=2 FROM=3000 TO=4000 KV=q8_0 (or q4_0)
+#   KV_K=q4_0 KV_V=f16 scripts/kv-quant-fidelity.sh   # keys and values apart
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,8 @@ THREADS=${THREADS:-2}
 FROM=${FROM:-3000}
 TO=${TO:-4000}
 KV=${KV:-q8_0}
+KV_K=${KV_K:-$KV}
+KV_V=${KV_V:-$KV}
 LOG=$(mktemp -d)
 
 python3 -c 'import numpy, gguf' 2>/dev/null || python3 -m pip install --quiet numpy gguf
@@ -33,11 +36,11 @@ serve() { # port log cmd...
     wait_healthy "$!" "$port" "$LOG/$log.log"
 }
 serve 18441 ferrox-f16 "$FERROX" serve -m "$MODEL" -t "$THREADS"
-serve 18442 ferrox-q8 "$FERROX" serve -m "$MODEL" -t "$THREADS" --cache-type-k "$KV" \
-    --cache-type-v "$KV"
+serve 18442 ferrox-q8 "$FERROX" serve -m "$MODEL" -t "$THREADS" --cache-type-k "$KV_K" \
+    --cache-type-v "$KV_V"
 LLAMA=("$LCPP/build/bin/llama-server" -m "$MODEL" -t "$THREADS" -c 8192 -fa on)
 serve 18443 llama-f16 "${LLAMA[@]}"
-serve 18444 llama-q8 "${LLAMA[@]}" -ctk "$KV" -ctv "$KV"
+serve 18444 llama-q8 "${LLAMA[@]}" -ctk "$KV_K" -ctv "$KV_V"
 
 python3 scripts/kv-quant-fidelity.py --text "$LOG/text.md" --from "$FROM" --to "$TO" \
     --ours-f16 http://127.0.0.1:18441 --ours-q8 http://127.0.0.1:18442 \
