@@ -39,6 +39,8 @@ pub struct Limits {
     pub bytes_per_block: u64,
     /// The model's KV geometry in the configured storage types.
     pub kv_shape: KvShape,
+    /// The server's speculation, which a request's own limits override.
+    pub speculation: crate::config::SpecConfig,
     pub max_queue: usize,
     pub max_seqs: usize,
     pub vocab_size: usize,
@@ -98,6 +100,13 @@ pub enum InvalidRequest {
     },
     #[error(transparent)]
     Sampling(#[from] SamplingError),
+    /// The request's speculative draft limits (its own, or the server's where it gave none)
+    /// cannot both hold.
+    #[error(
+        "speculative.n_min {n_min} and speculative.n_max {n_max}: need n_min <= n_max <= {}",
+        crate::config::MAX_DRAFT_TOKENS
+    )]
+    DraftLimits { n_min: usize, n_max: usize },
 }
 
 impl Refusal {
@@ -154,6 +163,7 @@ impl Limits {
             total_blocks,
             bytes_per_block,
             kv_shape,
+            speculation: config.speculation,
             max_queue: config.max_queue,
             max_seqs: config.max_seqs,
             vocab_size,
@@ -197,6 +207,12 @@ impl Limits {
         req.sampling
             .validate(vocab_size)
             .map_err(InvalidRequest::from)?;
+        let spec = &req.speculation;
+        let n_max = spec.n_max.unwrap_or(self.speculation.n_max);
+        let n_min = spec.n_min.unwrap_or(self.speculation.n_min);
+        if spec.enabled && (n_max > crate::config::MAX_DRAFT_TOKENS || n_min > n_max) {
+            return Err(InvalidRequest::DraftLimits { n_min, n_max }.into());
+        }
         // An embedding generates nothing: its prompt is all it holds.
         let generated = if req.embedding.is_some() {
             0

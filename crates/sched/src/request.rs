@@ -61,8 +61,9 @@ pub struct SpecParams {
     pub n_max: Option<usize>,
     /// Fewer drafted tokens are not verified; `None`: the server's `--spec-draft-n-min`.
     pub n_min: Option<usize>,
-    /// A drafted token whose estimated chance of being accepted (given all before it were)
-    /// is below this is not verified; `None`: 0, the measured cost model decides alone.
+    /// A drafted token whose estimated chance of yielding a token (`a^i`: accepted, and every
+    /// drafted token before it too) is below this is not verified; `None`: 0, the measured
+    /// cost model decides alone.
     pub p_min: Option<f32>,
 }
 

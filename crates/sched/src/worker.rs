@@ -410,12 +410,17 @@ impl<M: StepModel> Worker<M> {
             .collect();
         let mut candidates = Vec::new();
         let mut drafting = Vec::new();
+        let mut spare = self.pool.stats().available.saturating_sub(self.rows.len());
+        let block = self.limits.block_size_tokens;
         for &id in &decoding {
             let row = self
                 .rows
                 .get_mut(&id)
                 .expect("ordered rows are in the batch");
-            if let Some(c) = row.draft_candidate() {
+            if let Some(mut c) = row.draft_candidate() {
+                // No more than the row's blocks and the spare ones could hold, so that the
+                // allocation is made on positions that can run.
+                c.available = c.available.min(row.draft_room() + spare * block);
                 candidates.push(c);
                 drafting.push(id);
             }
@@ -426,9 +431,8 @@ impl<M: StepModel> Worker<M> {
             &candidates,
             self.spec.adaptive,
         );
-        let mut spare = self.pool.stats().available.saturating_sub(self.rows.len());
         let mut drafts: HashMap<RequestId, usize> = HashMap::new();
-        for (id, mut n) in drafting.into_iter().zip(take) {
+        for ((id, mut n), c) in drafting.into_iter().zip(take).zip(&candidates) {
             let row = self
                 .rows
                 .get_mut(&id)
@@ -437,6 +441,9 @@ impl<M: StepModel> Worker<M> {
                 spare -= 1;
             }
             n = n.min(row.draft_room());
+            if n < c.n_min {
+                n = 0; // cut short by the blocks, below the row's minimum: none
+            }
             row.set_draft(n);
             drafts.insert(id, n);
         }
@@ -445,8 +452,8 @@ impl<M: StepModel> Worker<M> {
             .collect()
     }
 
-    /// What this tick runs: every decoding row's one token (and its draft), then prompt chunks of at most
-    /// `prefill_chunk_tokens` in all — the next prefilling row's, and while tokens of that
+    /// What this tick runs: every decoding row's one token (and its draft), then prompt
+    /// chunks of at most `prefill_chunk_tokens` in all — the next prefilling row's, and while tokens of that
     /// budget are left (its prompt ended short of it), the next row's, and so on.
     fn plan(&mut self) -> Option<StepPlan> {
         self.grow();
@@ -577,7 +584,6 @@ impl<M: StepModel> Worker<M> {
         self.stats.tokens_prefilled += plan.prefills.iter().map(|&(_, n)| n).sum::<usize>() as u64;
         if plan.decode_rows > 0 {
             self.stats.decode_steps += 1;
-            self.maybe_log();
         }
         let drawn = self.sample_rows(plan, logits);
         // Decode rows come first in `sampled`: each decoded its token and its matched draft.
@@ -595,6 +601,9 @@ impl<M: StepModel> Worker<M> {
             if let Some(finish) = drawn.finish {
                 self.retire(id, finish);
             }
+        }
+        if plan.decode_rows > 0 {
+            self.maybe_log();
         }
     }
 

@@ -421,6 +421,7 @@ impl From<InvalidRequest> for ApiError {
                 ApiError::invalid("prompt", message)
             }
             InvalidRequest::ZeroMaxTokens => ApiError::invalid("max_tokens", message),
+            InvalidRequest::DraftLimits { .. } => ApiError::invalid("speculative", message),
             InvalidRequest::Sampling(s) => s.into(),
         }
     }

@@ -130,6 +130,8 @@ async fn bad_speculative_values_are_400_naming_the_parameter() {
             json!({"speculative.n_min": 9, "speculative.n_max": 2}),
             "speculative.n_min",
         ),
+        // Above the server's n_max (16), which the request did not override.
+        (json!({"speculative": {"n_min": 20}}), "speculative.n_min"),
     ];
     for (extra, param) in cases {
         for path in ["/v1/chat/completions", "/completion"] {
