@@ -96,6 +96,8 @@ pub struct PoolCounts {
 pub struct PoolStats {
     /// Blocks no lease holds: free ones plus cached ones that can be reclaimed.
     pub available: usize,
+    /// Of those, the ones holding nothing (taking one evicts no cached prefix).
+    pub free: usize,
     /// Named blocks (a reusable prefix), held or not.
     pub cached: usize,
     /// Cached blocks whose name was dropped to make room.
@@ -216,6 +218,7 @@ impl BlockPool {
         let state = lock(&self.inner);
         PoolStats {
             available: state.available(),
+            free: state.free.len(),
             cached: state.index.len(),
             evictions: state.evictions,
             peak_used: state.peak_used_blocks,

@@ -401,8 +401,9 @@ impl<M: StepModel> Worker<M> {
 
     /// Every decoding row, in admission order, with the drafted tokens it verifies this step
     /// (`crate::speculate` decides how many from the measured step costs). A draft uses the
-    /// row's blocks, and takes more only while the pool keeps one for every row in the batch:
-    /// a guess never costs another row its next block.
+    /// row's blocks, and takes more only from free ones, and only while the pool keeps one for
+    /// every row in the batch: a guess never costs another row its next block, nor the cache
+    /// a prefix.
     fn plan_drafts(&mut self) -> Vec<(RequestId, usize)> {
         let decoding: Vec<RequestId> = (self.order.iter())
             .copied()
@@ -410,7 +411,12 @@ impl<M: StepModel> Worker<M> {
             .collect();
         let mut candidates = Vec::new();
         let mut drafting = Vec::new();
-        let mut spare = self.pool.stats().available.saturating_sub(self.rows.len());
+        // Blocks a draft may take: free ones only (a guess never evicts a cached prefix), and
+        // never the one block per row that growing rows may need.
+        let pool = self.pool.stats();
+        let mut spare = pool
+            .free
+            .min(pool.available.saturating_sub(self.rows.len()));
         let block = self.limits.block_size_tokens;
         for &id in &decoding {
             let row = self
