@@ -100,6 +100,13 @@ impl KvShape {
         self.n_kv_heads * self.head_dim
     }
 
+    /// The first of its storage types its heads cannot be stored as (not whole blocks).
+    pub fn unfit_type(&self) -> Option<KvType> {
+        [self.k_type, self.v_type]
+            .into_iter()
+            .find(|ty| !ty.fits_head(self.head_dim))
+    }
+
     /// Bytes of K and V for one token position across all layers.
     pub fn bytes_per_token(&self) -> usize {
         let d = self.kv_dim();
@@ -220,12 +227,8 @@ impl KvCache {
     /// A cache of `n_blocks` blocks of `block_size` positions for a model of `shape`.
     pub fn new(shape: KvShape, block_size: usize, n_blocks: usize) -> KvCache {
         assert!(block_size > 0, "KV block size must be positive");
-        for ty in [shape.k_type, shape.v_type] {
-            assert!(
-                ty.fits_head(shape.head_dim),
-                "{} KV needs heads of whole blocks",
-                ty.name()
-            );
+        if let Some(ty) = shape.unfit_type() {
+            panic!("{} KV needs heads of whole blocks", ty.name());
         }
         let slots = shape.n_layers * n_blocks * block_size;
         let k_words = shape.k_type.row_bytes(shape.kv_dim()) / 2;

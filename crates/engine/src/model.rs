@@ -207,15 +207,13 @@ impl Model {
     /// (q8_0 needs heads of whole 32-value blocks).
     pub fn kv_shape_of(&self, k: KvType, v: KvType) -> Result<KvShape, EngineError> {
         let shape = self.kv_shape().with_types(k, v);
-        for ty in [k, v] {
-            if !ty.fits_head(shape.head_dim) {
-                return Err(EngineError::KvType {
-                    ty: ty.name(),
-                    head_dim: shape.head_dim,
-                });
-            }
+        match shape.unfit_type() {
+            Some(ty) => Err(EngineError::KvType {
+                ty: ty.name(),
+                head_dim: shape.head_dim,
+            }),
+            None => Ok(shape),
         }
-        Ok(shape)
     }
 
     /// An empty KV cache of `shape` ([`Self::kv_shape_of`]).

@@ -140,20 +140,32 @@ pub fn attn_scores_int8_isa<B: KvBlock>(
         while r0 < rows {
             let rr = (rows - r0).min(4);
             let qr = &q[r0 * nb..(r0 + rr) * nb];
-            // The query blocks' scales, widened once for every key.
-            let qd: Vec<f32> = qr.iter().map(|b| f16_to_f32(b.d)).collect();
+            // The query blocks' scales, widened once for every key (on the stack: this runs
+            // for every key block of every query tile).
+            let mut stack = [0.0f32; 64];
+            let mut heap = Vec::new();
+            let qd: &mut [f32] = if qr.len() <= stack.len() {
+                &mut stack[..qr.len()]
+            } else {
+                heap.resize(qr.len(), 0.0);
+                &mut heap
+            };
+            for (d, b) in qd.iter_mut().zip(qr) {
+                *d = f16_to_f32(b.d);
+            }
+            let qd = &*qd;
             for (j, k) in keys.iter().enumerate() {
                 // SAFETY: an AVX2 `Isa` proves the CPU features, an AVX-512 one VNNI too.
                 let s = unsafe {
                     match (rr, vnni) {
-                        (4, false) => avx2::scores::<4, _>(qr, &qd, nb, k),
-                        (3, false) => avx2::scores::<3, _>(qr, &qd, nb, k).map4(),
-                        (2, false) => avx2::scores::<2, _>(qr, &qd, nb, k).map4(),
-                        (_, false) => avx2::scores::<1, _>(qr, &qd, nb, k).map4(),
-                        (4, true) => avx2::scores_vnni::<4, _>(qr, &qd, nb, k),
-                        (3, true) => avx2::scores_vnni::<3, _>(qr, &qd, nb, k).map4(),
-                        (2, true) => avx2::scores_vnni::<2, _>(qr, &qd, nb, k).map4(),
-                        (_, true) => avx2::scores_vnni::<1, _>(qr, &qd, nb, k).map4(),
+                        (4, false) => avx2::scores::<4, _>(qr, qd, nb, k),
+                        (3, false) => avx2::scores::<3, _>(qr, qd, nb, k).map4(),
+                        (2, false) => avx2::scores::<2, _>(qr, qd, nb, k).map4(),
+                        (_, false) => avx2::scores::<1, _>(qr, qd, nb, k).map4(),
+                        (4, true) => avx2::scores_vnni::<4, _>(qr, qd, nb, k),
+                        (3, true) => avx2::scores_vnni::<3, _>(qr, qd, nb, k).map4(),
+                        (2, true) => avx2::scores_vnni::<2, _>(qr, qd, nb, k).map4(),
+                        (_, true) => avx2::scores_vnni::<1, _>(qr, qd, nb, k).map4(),
                     }
                 };
                 for (r, &s) in s.iter().take(rr).enumerate() {

@@ -132,13 +132,11 @@ impl Limits {
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         let kv_shape = kv_shape.with_types(config.cache_type_k, config.cache_type_v);
-        for ty in [kv_shape.k_type, kv_shape.v_type] {
-            if !ty.fits_head(kv_shape.head_dim) {
-                return Err(ConfigError::KvType {
-                    ty: ty.name(),
-                    head_dim: kv_shape.head_dim,
-                });
-            }
+        if let Some(ty) = kv_shape.unfit_type() {
+            return Err(ConfigError::KvType {
+                ty: ty.name(),
+                head_dim: kv_shape.head_dim,
+            });
         }
         let bytes_per_block = (config.kv_block_size_tokens * kv_shape.bytes_per_token()) as u64;
         let total_blocks = match config.kv_budget {
