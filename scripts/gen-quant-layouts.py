@@ -36,7 +36,13 @@ LAYOUTS = [
     ("Q4_K", T.Q4_K, 144, [0, 2]),
     ("Q5_K", T.Q5_K, 176, [0, 2]),
     ("Q6_K", T.Q6_K, 210, [208]),
+    ("IQ4_NL", T.IQ4_NL, 18, [0]),
+    ("IQ4_XS", T.IQ4_XS, 136, [0]),
+    ("MXFP4", T.MXFP4, 17, []),
 ]
+# Types whose first byte is an E8M0 exponent: kept in 100..156 (255 is NaN, the extremes
+# are not what a layout test is about).
+E8M0 = {"MXFP4"}
 BLOCKS = 2
 
 
@@ -65,7 +71,11 @@ def main():
         f.write("# Written by scripts/gen-quant-layouts.py (gguf-py decodes). Do not edit.\n")
         for name, qtype, size, scales in LAYOUTS:
             for _ in range(3):
-                data = b"".join(block(rng, size, scales) for _ in range(BLOCKS))
+                blocks = [bytearray(block(rng, size, scales)) for _ in range(BLOCKS)]
+                if name in E8M0:
+                    for b in blocks:
+                        b[0] = rng.randrange(100, 157)
+                data = b"".join(bytes(b) for b in blocks)
                 if qtype is None:
                     values = q8_1(data)
                 else:

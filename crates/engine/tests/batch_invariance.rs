@@ -251,6 +251,9 @@ fn logits_of_every_position_equal_one_token_steps() {
         (Arch::Gemma3, GgmlType::Q4_K),
         (Arch::Qwen3, GgmlType::Q8_0),
         (Arch::Llama, GgmlType::Q6_K),
+        (Arch::Qwen3, GgmlType::IQ4_NL),
+        (Arch::Llama, GgmlType::IQ4_XS),
+        (Arch::Qwen2, GgmlType::MXFP4),
     ] {
         let m = synthetic::load(&SyntheticSpec::tiny(arch, 13).quantized(ty), 2).unwrap();
         let ps = prompts(&[9, 1, 17, MAX_STEP_ROWS + 5], 320);

@@ -259,6 +259,9 @@ fn quantized_weights_track_the_f64_reference() {
         (Arch::Gemma3, GgmlType::Q4_K),
         (Arch::Llama, GgmlType::Q6_K),
         (Arch::Qwen3, GgmlType::F16),
+        (Arch::Llama, GgmlType::IQ4_NL),
+        (Arch::Qwen3, GgmlType::IQ4_XS),
+        (Arch::Gemma3, GgmlType::MXFP4),
     ] {
         let rel = compare(&SyntheticSpec::tiny(arch, 3).quantized(ty), 12);
         eprintln!("{arch:?} {ty:?}: max |Δlogit| / spread = {rel:.2e}");

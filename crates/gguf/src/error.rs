@@ -99,8 +99,11 @@ pub enum GgufError {
     #[error("tensor `{tensor}`: dims {dims:?} overflow the element count")]
     ShapeOverflow { tensor: String, dims: Vec<u64> },
 
-    /// A tensor type id this crate does not know.
-    #[error("tensor `{tensor}`: unsupported tensor type id {type_id}")]
+    /// A tensor type id this crate does not read (named when ggml has a name for it).
+    #[error(
+        "tensor `{tensor}`: unsupported tensor type {} (ggml type id {type_id})",
+        crate::types::ggml_type_name(*type_id).unwrap_or("unknown")
+    )]
     UnsupportedTensorType { tensor: String, type_id: u32 },
 
     /// A quantized tensor whose rows are not a whole number of blocks.

@@ -20,12 +20,15 @@ pub enum GgmlType {
     Q5_K = 13,
     Q6_K = 14,
     Q8_K = 15,
+    IQ4_NL = 20,
+    IQ4_XS = 23,
     BF16 = 30,
+    MXFP4 = 39,
 }
 
 impl GgmlType {
     /// Every type we can read, in id order.
-    pub const ALL: [GgmlType; 15] = [
+    pub const ALL: [GgmlType; 18] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -40,7 +43,10 @@ impl GgmlType {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::Q8_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
         GgmlType::BF16,
+        GgmlType::MXFP4,
     ];
 
     /// The type with GGUF id `id`, or `None` for an id we do not support.
@@ -65,7 +71,10 @@ impl GgmlType {
             GgmlType::Q5_K => "q5_K",
             GgmlType::Q6_K => "q6_K",
             GgmlType::Q8_K => "q8_K",
+            GgmlType::IQ4_NL => "iq4_nl",
+            GgmlType::IQ4_XS => "iq4_xs",
             GgmlType::BF16 => "bf16",
+            GgmlType::MXFP4 => "mxfp4",
         }
     }
 
@@ -75,6 +84,7 @@ impl GgmlType {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => 32,
             GgmlType::Q8_0 | GgmlType::Q8_1 => 32,
+            GgmlType::IQ4_NL | GgmlType::MXFP4 => 32,
             _ => 256,
         }
     }
@@ -96,6 +106,9 @@ impl GgmlType {
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
             GgmlType::Q8_K => 292,
+            GgmlType::IQ4_NL => 18,
+            GgmlType::IQ4_XS => 136,
+            GgmlType::MXFP4 => 17,
         }
     }
 
@@ -108,4 +121,52 @@ impl GgmlType {
         }
         (n_elems / be).checked_mul(self.block_bytes() as u64)
     }
+}
+
+/// ggml's name for every tensor type id it has defined, read or not by this crate, so that a
+/// refusal names what the file holds ("iq2_xxs", not "16").
+pub fn ggml_type_name(id: u32) -> Option<&'static str> {
+    const NAMES: [&str; 40] = [
+        "f32",
+        "f16",
+        "q4_0",
+        "q4_1",
+        "q4_2",
+        "q4_3",
+        "q5_0",
+        "q5_1",
+        "q8_0",
+        "q8_1",
+        "q2_K",
+        "q3_K",
+        "q4_K",
+        "q5_K",
+        "q6_K",
+        "q8_K",
+        "iq2_xxs",
+        "iq2_xs",
+        "iq3_xxs",
+        "iq1_s",
+        "iq4_nl",
+        "iq3_s",
+        "iq2_s",
+        "iq4_xs",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "f64",
+        "iq1_m",
+        "bf16",
+        "q4_0_4_4",
+        "q4_0_4_8",
+        "q4_0_8_8",
+        "tq1_0",
+        "tq2_0",
+        "iq4_nl_4_4",
+        "iq4_nl_4_8",
+        "iq4_nl_8_8",
+        "mxfp4",
+    ];
+    NAMES.get(id as usize).copied()
 }

@@ -357,6 +357,9 @@ fn bad_dims_and_types() {
         parse(one_tensor(&[4], 4, 0)),
         GgufError::UnsupportedTensorType { type_id: 4, .. }
     );
+    // A type ggml defines but this crate does not read is refused by its name.
+    let msg = parse(one_tensor(&[256], 16, 0)).unwrap_err().to_string();
+    assert!(msg.contains("iq2_xxs") && msg.contains("16"), "{msg}");
     assert_err!(
         parse(one_tensor(&[4], 1000, 0)),
         GgufError::UnsupportedTensorType { type_id: 1000, ref tensor } if tensor == "t"

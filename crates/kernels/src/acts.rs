@@ -33,7 +33,10 @@ impl ActKind {
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q8_0
-            | GgmlType::Q8_1 => ActKind::Q8x4,
+            | GgmlType::Q8_1
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
+            | GgmlType::MXFP4 => ActKind::Q8x4,
             _ => ActKind::Q8K,
         }
     }

@@ -164,6 +164,11 @@ pub trait Legacy32: WeightBlock<Act = BlockQ8x4> {
     /// The quants as the kernels multiply them (unsigned unless `M == Zero`), element order.
     fn quants(&self) -> [i8; 32];
     fn d_bits(&self) -> [u8; 2];
+    /// The block's scale (its f16 `d` unless a format stores it otherwise).
+    #[inline(always)]
+    fn d(&self) -> f32 {
+        f16_to_f32(self.d_bits())
+    }
     fn m_bits(&self) -> [u8; 2] {
         [0, 0]
     }
@@ -189,7 +194,7 @@ pub fn add_block_scalar<B: Legacy32>(
     accm: &mut [f32; 4],
 ) {
     let (u, k) = (&x[b / 4], b % 4);
-    let dw = f16_to_f32(wb.d_bits());
+    let dw = wb.d();
     let s = dw * u.d[k];
     let q = wb.quants();
     for (j, lane) in acc.iter_mut().enumerate() {
@@ -221,7 +226,10 @@ pub fn finish<B: Legacy32>(acc: [f32; 8], accm: [f32; 4]) -> f32 {
     }
 }
 
-fn dot_legacy_scalar<B: Legacy32, const R: usize>(w: &[B], xs: [&[BlockQ8x4]; R]) -> [f32; R] {
+pub(crate) fn dot_legacy_scalar<B: Legacy32, const R: usize>(
+    w: &[B],
+    xs: [&[BlockQ8x4]; R],
+) -> [f32; R] {
     xs.map(|x| {
         assert!(x.len() >= w.len().div_ceil(4), "activation row too short");
         let mut acc = [0.0f32; 8];
@@ -308,10 +316,10 @@ fn fit_q8(x: &[f32]) -> (f32, [i8; 32]) {
 }
 
 /// Shared dequantize loop (ggml's formulas: `d*(q-o)`, `d*q + m`, `d*q`).
-fn dequant_blocks<B: Legacy32>(blocks: &[B], out: &mut [f32]) {
+pub(crate) fn dequant_blocks<B: Legacy32>(blocks: &[B], out: &mut [f32]) {
     assert_eq!(out.len(), blocks.len() * QK);
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
-        let d = f16_to_f32(b.d_bits());
+        let d = b.d();
         let m = f16_to_f32(b.m_bits());
         for (y, q) in y.iter_mut().zip(b.quants()) {
             *y = match B::M {

@@ -26,13 +26,24 @@ pub trait LegacyAvx2: Legacy32 {
     /// # Safety
     /// AVX2 must be available.
     unsafe fn load_q(&self) -> __m256i;
+
+    /// The scales of four consecutive blocks as f32 lanes: their f16 `d`s converted, unless
+    /// a format stores its scale otherwise.
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be available.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scales4(g: &[Self]) -> __m128 {
+        f16x4([g[0].d_bits(), g[1].d_bits(), g[2].d_bits(), g[3].d_bits()])
+    }
 }
 
 /// 32 nibble values, low nibbles first: the 16 bytes broadcast to both halves (a load), the
 /// upper half shifted right by 4, masked.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
+pub(crate) fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
     // SAFETY: 16 readable bytes.
     let b = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(qs.as_ptr().cast())) };
     let both = _mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4));
@@ -138,6 +149,13 @@ fn lanes<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256 {
     ))
 }
 
+/// [`lanes`] for signed quants `q` (`a = |q|`), for kernels outside this module.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn lanes_signed(q: __m256i, a: __m256i, x: &[i8; 32]) -> __m256 {
+    lanes::<BlockQ8_0>(q, a, x)
+}
+
 /// `R` rows of `dot(w, xs[r])`, bit-identical to the scalar reference.
 ///
 /// # Safety
@@ -216,12 +234,8 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
         for wi in 0..WR {
             let wg = &ws[wi][4 * g..4 * g + 4];
             prefetch_ahead(wg.as_ptr().cast::<u8>(), 4 * size_of::<B>());
-            let dw = f16x4([
-                wg[0].d_bits(),
-                wg[1].d_bits(),
-                wg[2].d_bits(),
-                wg[3].d_bits(),
-            ]);
+            // SAFETY: AVX2 and F16C are enabled in this function.
+            let dw = unsafe { B::scales4(wg) };
             // Per activation row: the four block scales d*dx, and the m terms.
             let mut scale = [[0.0f32; 4]; R];
             let m = match B::M {

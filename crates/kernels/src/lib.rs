@@ -23,6 +23,7 @@
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
 //! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates.
 //! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
+//!   `codebook`: IQ4_NL, IQ4_XS and MXFP4 (table lookups feeding the same kernels);
 //!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once);
 //!   `gemm16`: the same on AVX-512 (sixteen rows, 512-bit `vpdpbusd`).
 //! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`]; `kgemm`: the same formats for
@@ -94,6 +95,7 @@ mod attn;
 mod attn_avx512;
 mod attn_int8;
 mod block;
+mod codebook;
 #[cfg(target_arch = "x86_64")]
 mod dot4;
 mod float;
@@ -129,6 +131,7 @@ pub use block::{
     as_blocks, as_blocks_mut, dot_rows, dot_rows_multi, prefetch_span, vec_dot, ActBlock, Block,
     Isa, WeightBlock,
 };
+pub use codebook::{BlockIq4Nl, BlockIq4Xs, BlockMxfp4, IQ4_TABLE, MXFP4_TABLE};
 pub use ferrox_gguf::GgmlType;
 pub use float::{
     axpy_f16_f32, axpy_f16_f32_isa, dot_f16_f32, dot_f16_f32_isa, dot_f32, dot_f32_isa,
@@ -212,6 +215,18 @@ macro_rules! with_block {
                 type $B = BlockQ6K;
                 $body
             }
+            GgmlType::IQ4_NL => {
+                type $B = BlockIq4Nl;
+                $body
+            }
+            GgmlType::IQ4_XS => {
+                type $B = BlockIq4Xs;
+                $body
+            }
+            GgmlType::MXFP4 => {
+                type $B = BlockMxfp4;
+                $body
+            }
             GgmlType::Q8_K => $q8k,
         }
     };
@@ -291,7 +306,9 @@ mod tests {
                 GgmlType::Q6_K => 6,
                 GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => 5,
                 GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => 4,
-                GgmlType::Q3_K => 3,
+                GgmlType::IQ4_NL | GgmlType::IQ4_XS => 4,
+                // E2M1's top gap is a third of its range's top: 8 → 12 (doubled).
+                GgmlType::Q3_K | GgmlType::MXFP4 => 3,
                 GgmlType::Q2_K => 2,
             };
             let step = 2.0 / (1u32 << bits) as f32;

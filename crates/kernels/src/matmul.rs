@@ -18,6 +18,7 @@
 
 use crate::acts::{with_quantized, ActKind, ActStorage, Activations};
 use crate::block::{as_blocks, dot_rows_multi, Isa, WeightBlock};
+use crate::codebook::{BlockIq4Nl, BlockIq4Xs, BlockMxfp4};
 use crate::float::{Bf16Le, F16Le, F32Le};
 use crate::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use crate::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
@@ -147,6 +148,10 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
         GgmlType::Q4_K => run_k::<BlockQ4K>(isa, pool, w, x, n, out),
         GgmlType::Q5_K => run_k::<BlockQ5K>(isa, pool, w, x, n, out),
         GgmlType::Q6_K => run_k::<BlockQ6K>(isa, pool, w, x, n, out),
+        GgmlType::IQ4_NL => run_legacy::<BlockIq4Nl>(isa, pool, w, x, n, out),
+        // No f16 scale for the lane-major kernels: row-major only.
+        GgmlType::MXFP4 => run::<BlockMxfp4>(isa, pool, w, x, n, out),
+        GgmlType::IQ4_XS => run::<BlockIq4Xs>(isa, pool, w, x, n, out),
         GgmlType::Q8_K => panic!("q8_K is an activation format; no matmul with q8_K weights"),
     }
 }

@@ -35,6 +35,9 @@ fn roundtrip_tolerance(ty: GgmlType) -> f32 {
         GgmlType::Q6_K => 0.04,
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => 0.07,
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => 0.14,
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => 0.14,
+        // A power-of-two scale and E2M1's gaps: up to two of 12 steps, the scale up to 2x.
+        GgmlType::MXFP4 => 0.34,
         GgmlType::Q3_K => 0.3,
         GgmlType::Q2_K => 0.5,
     }
@@ -232,6 +235,9 @@ fn extreme_blocks_match_scalar() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
     ];
     for ty in types {
         for _ in 0..50 {
@@ -289,9 +295,13 @@ fn fix_scales(ty: GgmlType, bytes: &mut [u8]) {
         GgmlType::Q3_K => &[108],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         _ => &[],
     };
     for block in bytes.chunks_exact_mut(bb) {
+        if ty == GgmlType::MXFP4 {
+            block[0] = 126; // the E8M0 exponent: a scale of 0.25 (255 would be NaN)
+        }
         for &o in offsets {
             block[o..o + 2].copy_from_slice(&half);
         }

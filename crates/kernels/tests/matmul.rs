@@ -7,7 +7,7 @@ use ferrox_kernels::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const MATMUL_TYPES: [GgmlType; 14] = [
+const MATMUL_TYPES: [GgmlType; 17] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -22,6 +22,9 @@ const MATMUL_TYPES: [GgmlType; 14] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
