@@ -125,6 +125,8 @@ pub(crate) struct AttnShape {
     pub head_dim: usize,
     /// Attend to at most this many most recent positions (sliding-window layers).
     pub window: Option<usize>,
+    /// Soft-cap the scores: `cap · tanh(s / cap)` (Gemma 2).
+    pub softcap: Option<f32>,
 }
 
 struct OutPtr(*mut f32);
@@ -310,6 +312,11 @@ impl Job<'_> {
                 s.scores.resize(group * n, 0.0);
                 let q8 = &s.q8[i * q8_per_query..(i + 1) * q8_per_query];
                 K::scores(q_g, q8, hd, keys, &mut s.scores);
+                if let Some(cap) = shape.softcap {
+                    for x in &mut s.scores[..group * n] {
+                        *x = cap * (*x / cap).tanh();
+                    }
+                }
                 for (h, row) in rows.clone().enumerate() {
                     let sc = &mut s.scores[h * n..(h + 1) * n];
                     let m_old = s.max[row];

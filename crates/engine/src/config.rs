@@ -12,9 +12,18 @@ use crate::kv::KvShape;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
     Gemma3,
+    /// Gemma 2: Gemma's layout without Q/K norms, every other layer sliding, and tanh
+    /// soft-capping of attention scores and of the final logits.
+    Gemma2,
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen 3's mixture of experts (Qwen3-30B-A3B): Qwen 3 attention, every FFN routed.
+    Qwen3Moe,
+    /// OLMoE: RMSNorm over the whole Q and K projections (not per head), every FFN routed.
+    Olmoe,
+    /// Phi-3 / Phi-4: Q/K/V fused in `attn_qkv`, gate and up fused in `ffn_up`.
+    Phi3,
     /// An encoder (BERT family): bidirectional attention, learned positions, post-norm
     /// layers; it embeds and cannot generate (`encoder.rs`).
     Bert,
@@ -24,9 +33,13 @@ impl Arch {
     pub fn from_name(name: &str) -> Result<Arch, EngineError> {
         match name {
             "gemma3" => Ok(Arch::Gemma3),
+            "gemma2" => Ok(Arch::Gemma2),
+            "phi3" => Ok(Arch::Phi3),
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
+            "qwen3moe" => Ok(Arch::Qwen3Moe),
+            "olmoe" => Ok(Arch::Olmoe),
             "bert" => Ok(Arch::Bert),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         }
@@ -35,9 +48,13 @@ impl Arch {
     pub fn name(self) -> &'static str {
         match self {
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma2 => "gemma2",
+            Arch::Phi3 => "phi3",
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Olmoe => "olmoe",
             Arch::Bert => "bert",
         }
     }
@@ -46,6 +63,45 @@ impl Arch {
     pub fn is_encoder(self) -> bool {
         self == Arch::Bert
     }
+
+    /// Gemma 2 and 3: embeddings × √d, GELU, post-norms on both blocks.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
+    }
+
+    /// How the family normalises Q and K before RoPE, if it does.
+    pub fn qk_norm(self) -> Option<QkNorm> {
+        match self {
+            Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => Some(QkNorm::PerHead),
+            Arch::Olmoe => Some(QkNorm::Whole),
+            Arch::Gemma2 | Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::Bert => None,
+        }
+    }
+}
+
+/// Where a family's Q/K RMSNorm applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Each head's `head_dim` values, one weight vector shared by the heads (Gemma 3, Qwen 3).
+    PerHead,
+    /// The whole projection of a token, one weight per value (OLMoE).
+    Whole,
+}
+
+/// A mixture-of-experts FFN's routing: which experts a token uses and with what weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per layer (`{arch}.expert_count`).
+    pub n_expert: usize,
+    /// Experts each token runs (`{arch}.expert_used_count`).
+    pub n_used: usize,
+    /// Hidden width of one expert.
+    pub n_ff_exp: usize,
+    /// Renormalise the chosen experts' probabilities to sum to one (llama.cpp's `norm_w`:
+    /// Mixtral and Qwen3-MoE yes, OLMoE no).
+    pub norm_weights: bool,
+    /// Multiplier on the weights (`{arch}.expert_weights_scale`; 1 when absent).
+    pub weights_scale: f32,
 }
 
 /// How rotary embeddings pair up dimensions.
@@ -90,7 +146,8 @@ pub struct ModelConfig {
     pub rope_freq_scale: f32,
     /// Sliding-window size in tokens; 0 = every layer is global.
     pub sliding_window: usize,
-    /// With a window: every `swa_period`-th layer (il % period == period - 1) is global.
+    /// With a window: every `swa_period`-th layer (il % period == period - 1) is global
+    /// (Gemma 3: 6, Gemma 2: 2).
     pub swa_period: usize,
     pub activation: Activation,
     /// Multiply token embeddings by sqrt(n_embd) (Gemma).
@@ -100,12 +157,17 @@ pub struct ModelConfig {
     pub attn_scale: f32,
     /// Gemma 2 style tanh soft-capping of the final logits, if the file sets it.
     pub final_logit_softcap: Option<f32>,
+    /// Gemma 2's tanh soft-capping of attention scores (`cap · tanh(s / cap)`, after the
+    /// query's scale, before the softmax).
+    pub attn_softcap: Option<f32>,
     /// How the file says its embeddings pool (`{arch}.pooling_type`, llama.cpp's numbering:
     /// 0 none, 1 mean, 2 cls, 3 last, 4 rank), if it says.
     pub pooling_type: Option<usize>,
     /// Whether a token attends only to earlier ones (every decoder); an encoder attends to
     /// its whole sequence.
     pub causal: bool,
+    /// The routed FFN of a mixture-of-experts model (every layer); `None` for a dense one.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -173,7 +235,11 @@ impl ModelConfig {
             ));
         }
         let rope_base = opt_f32(f, &key("rope.freq_base"))?.unwrap_or(10000.0);
-        let rope_base_swa = opt_f32(f, &key("rope.freq_base_swa"))?.unwrap_or(10000.0);
+        // Gemma 3's local layers default to base 10000; Gemma 2's share the global base.
+        let rope_base_swa = opt_f32(f, &key("rope.freq_base_swa"))?.unwrap_or(match arch {
+            Arch::Gemma2 => rope_base,
+            _ => 10000.0,
+        });
         let rope_freq_scale = match f.get(&key("rope.scaling.type")).and_then(Value::as_str) {
             None | Some("none") => 1.0,
             Some("linear") => {
@@ -190,22 +256,31 @@ impl ModelConfig {
                 ))
             }
         };
+        // Phi-3 files may name a window too; llama.cpp ignores it (every layer global), and so
+        // do we, to compute what it computes.
         let sliding_window = match arch {
             Arch::Gemma3 => opt_usize(f, &key("attention.sliding_window"))?.unwrap_or(0),
+            Arch::Gemma2 => opt_usize(f, &key("attention.sliding_window"))?.unwrap_or(4096),
             _ => 0,
         };
-        let attn_scale = if arch == Arch::Gemma3 && n_layer == 62 {
+        let big_gemma =
+            (arch == Arch::Gemma3 && n_layer == 62) || (arch == Arch::Gemma2 && n_layer == 46);
+        let attn_scale = if big_gemma {
             1.0 / ((n_embd / n_head) as f32).sqrt()
         } else {
             1.0 / (head_dim as f32).sqrt()
         };
         let (rope_style, activation) = match arch {
-            Arch::Gemma3 => (RopeStyle::Neox, Activation::GeluTanh),
+            Arch::Gemma3 | Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh),
+            Arch::Phi3 => (RopeStyle::Neox, Activation::Silu),
             Arch::Llama => (RopeStyle::Interleaved, Activation::Silu),
-            Arch::Qwen2 | Arch::Qwen3 => (RopeStyle::Neox, Activation::Silu),
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe => {
+                (RopeStyle::Neox, Activation::Silu)
+            }
             // No rotary embedding (learned positions); GELU as llama.cpp computes it.
             Arch::Bert => (RopeStyle::Neox, Activation::GeluTanh),
         };
+        let moe = moe_config(f, arch, n_ff)?;
         let embd = f
             .tensor("token_embd.weight")
             .ok_or_else(|| EngineError::MissingTensor {
@@ -228,13 +303,21 @@ impl ModelConfig {
             rope_base_swa,
             rope_freq_scale,
             sliding_window,
-            swa_period: 6,
+            swa_period: if arch == Arch::Gemma2 { 2 } else { 6 },
             activation,
-            scale_embeddings: arch == Arch::Gemma3,
+            scale_embeddings: arch.is_gemma(),
             attn_scale,
-            final_logit_softcap: opt_f32(f, &key("final_logit_softcapping"))?,
+            final_logit_softcap: match opt_f32(f, &key("final_logit_softcapping"))? {
+                None if arch == Arch::Gemma2 => Some(30.0),
+                cap => cap,
+            },
+            attn_softcap: match arch {
+                Arch::Gemma2 => Some(opt_f32(f, &key("attn_logit_softcapping"))?.unwrap_or(50.0)),
+                _ => None,
+            },
             pooling_type: opt_usize(f, &key("pooling_type"))?,
             causal,
+            moe,
         })
     }
 
@@ -257,6 +340,64 @@ impl ModelConfig {
     pub fn kv_shape(&self) -> KvShape {
         KvShape::f16(self.n_layer, self.n_head_kv, self.head_dim)
     }
+}
+
+/// The routing of `arch`'s experts, or `None` for a dense model. The MoE families must have
+/// experts; Llama has them when the file says so (Mixtral). Gating other than softmax
+/// (`{arch}.expert_gating_func` 2 = sigmoid, DeepSeek's) and shared experts are refused by
+/// name: no supported family uses them and nothing here checks them against llama.cpp.
+fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>, EngineError> {
+    let a = arch.name();
+    let key = |k: &str| format!("{a}.{k}");
+    let n_expert = opt_usize(f, &key("expert_count"))?.unwrap_or(0);
+    let routed = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
+    if n_expert == 0 {
+        return if routed {
+            Err(EngineError::MissingKey {
+                key: key("expert_count"),
+            })
+        } else {
+            Ok(None)
+        };
+    }
+    if !routed && arch != Arch::Llama {
+        return Err(bad(
+            &key("expert_count"),
+            "experts are supported for llama only",
+        ));
+    }
+    let n_used = get_usize(f, &key("expert_used_count"))?;
+    if n_used > n_expert {
+        return Err(bad(&key("expert_used_count"), "exceeds expert_count"));
+    }
+    if let Some(g) = opt_usize(f, &key("expert_gating_func"))? {
+        if g != 1 {
+            return Err(bad(
+                &key("expert_gating_func"),
+                &format!("gating function {g} unsupported (only 1, softmax)"),
+            ));
+        }
+    }
+    if opt_usize(f, &key("expert_shared_count"))?.unwrap_or(0) > 0 {
+        return Err(bad(
+            &key("expert_shared_count"),
+            "shared experts unsupported",
+        ));
+    }
+    Ok(Some(MoeConfig {
+        n_expert,
+        n_used,
+        // As llama.cpp reads it: Qwen3-MoE has its own key (else n_ff / n_used); Mixtral-style
+        // Llama and OLMoE experts are `feed_forward_length` wide.
+        n_ff_exp: match arch {
+            Arch::Qwen3Moe => {
+                opt_usize(f, &key("expert_feed_forward_length"))?.unwrap_or(n_ff / n_used)
+            }
+            _ => n_ff,
+        },
+        norm_weights: arch != Arch::Olmoe,
+        weights_scale: opt_f32(f, &key("expert_weights_scale"))?.unwrap_or(1.0),
+    }))
 }
 
 fn bad(key: &str, reason: &str) -> EngineError {

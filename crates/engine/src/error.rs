@@ -6,8 +6,14 @@ use ferrox_gguf::{GgmlType, GgufError};
 pub enum EngineError {
     #[error("gguf: {0}")]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture `{0}` (supported: gemma3, llama, qwen2, qwen3, bert)")]
+    #[error(
+        "unsupported architecture `{0}` (supported: gemma3, gemma2, llama (with or without \
+         experts), qwen2, qwen3, qwen3moe, olmoe, phi3, bert)"
+    )]
     UnsupportedArchitecture(String),
+    /// A file that asks for something this engine does not compute.
+    #[error("unsupported: {0}")]
+    UnsupportedFeature(&'static str),
     #[error("metadata key `{key}` is missing")]
     MissingKey { key: String },
     #[error("metadata key `{key}` has an invalid value: {reason}")]

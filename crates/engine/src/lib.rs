@@ -5,7 +5,8 @@
 //!   token.
 //! - [`kv`]: the paged KV cache (storage only; the scheduler owns block tables).
 //! - [`model`]: weights and the one batched forward pass, `forward_multi_seq` (a decoder's;
-//!   an encoder's — BERT — is its own module, bidirectional and prefill-only).
+//!   an encoder's — BERT — is its own module, bidirectional and prefill-only); `moe`: the
+//!   mixture-of-experts feed-forward block it calls for MoE models.
 //! - [`cache`]: where the default model lives on disk, for the CLI, the server and tests.
 //! - [`sampler`]: seeded samplers (argmax at temperature 0, top-k/top-p/min-p, penalties).
 //! - [`synthetic`]: small random-weight GGUF models of every architecture, for tests.
@@ -18,6 +19,7 @@ mod encoder;
 pub mod error;
 pub mod kv;
 pub mod model;
+mod moe;
 mod ops;
 pub mod sampler;
 pub mod synthetic;

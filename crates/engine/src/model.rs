@@ -4,8 +4,8 @@
 //! is a batch of one chunk of one token. The step runs top to bottom in the architecture's
 //! order: embed; per layer: norm, Q/K/V projections (batched over every token of every
 //! sequence), per-head QK-norm and RoPE, K/V written into the paged cache, attention per
-//! query over its own sequence, output projection, residual, norm, gated FFN (batched),
-//! residual; then final norm and the output head for the rows that asked for logits.
+//! query over its own sequence, output projection, residual, norm, gated FFN (batched; for a
+//! mixture of experts, routed and grouped by expert in `moe.rs`), residual; then final norm and the output head for the rows that asked for logits.
 //!
 //! Batch invariance (a row's logits are bit-identical alone or in any batch, at any prefill
 //! chunk size) holds because every operation here is per row with a fixed operation order,
@@ -20,13 +20,14 @@ use ferrox_gguf::GgufFile;
 use ferrox_kernels::{matmul, matmul_acts, ActKind, Activations, Q8Rows8, ThreadPool};
 
 use crate::attention::{attend, AttnShape, Query};
-use crate::config::{Activation, ModelConfig};
+use crate::config::{Activation, ModelConfig, QkNorm};
 use crate::encoder::{Encoder, EncoderWeights};
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvShape, KvType, SeqChunk};
+use crate::moe::{moe_ffn, MoeScratch};
 use crate::ops::{par_rows, rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
 use crate::tokenizer::Tokenizer;
-use crate::weights::{LayerWeights, Matrix, Weights};
+use crate::weights::{Ffn, LayerWeights, Matrix, Weights};
 
 /// Most token rows one forward pass computes at once; larger steps are split (see
 /// `forward_multi_seq`). Prefill throughput is flat from here up (the kernels are
@@ -530,7 +531,14 @@ impl Model {
         let sliding = cfg.is_sliding(il);
         let rope = if sliding { &s.rope_swa } else { &s.rope_global };
         let style = cfg.rope_style;
-        let (q_norm, k_norm) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
+        let (mut q_norm, mut k_norm) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
+        if cfg.arch.qk_norm() == Some(QkNorm::Whole) {
+            // OLMoE: one RMSNorm over each token's whole Q and K, before RoPE splits heads.
+            if let (Some(qn), Some(kn)) = (q_norm.take(), k_norm.take()) {
+                par_rows(pool, &mut s.q, qd, &|_, row| rms_norm(row, qn, eps));
+                par_rows(pool, &mut s.k, kvd, &|_, row| rms_norm(row, kn, eps));
+            }
+        }
         par_rows(pool, &mut s.q, qd, &|r, row| {
             rope_heads(
                 row,
@@ -556,6 +564,7 @@ impl Model {
             n_head_kv: cfg.n_head_kv,
             head_dim: hd,
             window: sliding.then_some(cfg.sliding_window),
+            softcap: cfg.attn_softcap,
         };
         attend(pool, kv, shape, queries, &s.q, &mut s.att);
         self.matmul(&lw.wo, &s.att, n, &mut s.o);
@@ -570,21 +579,27 @@ impl Model {
 
         // Feed-forward block.
         normed(pool, &mut s.h, &s.x, d, &lw.ffn_norm, eps);
-        self.matmul_shared(
-            &mut s.acts,
-            &s.h,
-            n,
-            [(&lw.w_gate, &mut s.gate), (&lw.w_up, &mut s.up)],
-        );
-        let (up, ff) = (&s.up, cfg.n_ff);
-        par_rows(pool, &mut s.gate, ff, &|r, g| {
-            let u = &up[r * ff..(r + 1) * ff];
-            match cfg.activation {
-                Activation::GeluTanh => ferrox_kernels::gelu_tanh_mul(g, u),
-                Activation::Silu => ferrox_kernels::silu_mul(g, u),
+        match &lw.ffn {
+            Ffn::Dense { gate, up, down } => {
+                self.matmul_shared(&mut s.acts, &s.h, n, [(gate, &mut s.gate), (up, &mut s.up)]);
+                let (up, ff) = (&s.up, cfg.n_ff);
+                par_rows(pool, &mut s.gate, ff, &|r, g| {
+                    let u = &up[r * ff..(r + 1) * ff];
+                    match cfg.activation {
+                        Activation::GeluTanh => ferrox_kernels::gelu_tanh_mul(g, u),
+                        Activation::Silu => ferrox_kernels::silu_mul(g, u),
+                    }
+                });
+                self.matmul(down, &s.gate, n, &mut s.o);
             }
-        });
-        self.matmul(&lw.w_down, &s.gate, n, &mut s.o);
+            Ffn::Moe(mw) => {
+                let moe = cfg
+                    .moe
+                    .as_ref()
+                    .expect("MoE weights come with an MoE config");
+                moe_ffn(pool, &self.file, mw, moe, &s.h, n, d, &mut s.o, &mut s.moe);
+            }
+        }
         residual(
             pool,
             &mut s.x,
@@ -664,6 +679,8 @@ struct Scratch {
     up: Vec<f32>,
     /// `h` quantized once for the matrices that read it together (`Model::matmul_shared`).
     acts: Activations,
+    /// The expert layers' buffers (an MoE model's).
+    moe: MoeScratch,
 }
 
 impl Scratch {

@@ -10,7 +10,7 @@ use ferrox_gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::Arch;
+use crate::config::{Arch, QkNorm};
 use crate::error::EngineError;
 use crate::model::Model;
 
@@ -32,8 +32,14 @@ pub struct SyntheticSpec {
     pub untied_output: bool,
     /// Qwen 2 style Q/K/V biases.
     pub qkv_bias: bool,
-    /// Type of the 2-D weights (norms are always F32).
+    /// Type of the 2-D weights (norms and an MoE router are always F32, as llama.cpp's
+    /// quantizer leaves them).
     pub weight_type: GgmlType,
+    /// Experts per layer (0: a dense FFN); each token uses `n_expert_used` of them, each of
+    /// hidden width `n_ff_exp`.
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
     /// The last four vocabulary entries become fill-in-the-middle control tokens
     /// (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`, `<|file_sep|>`), for `/infill`.
     pub fim_tokens: bool,
@@ -43,31 +49,49 @@ pub struct SyntheticSpec {
     /// Written as `tokenizer.chat_template` when set (else the architecture's builtin
     /// format applies).
     pub chat_template: Option<String>,
+    /// Give the vocabulary SentencePiece's 256 byte-fallback tokens (ids 4..260). The parity
+    /// models have none: llama-server withholds the log-probabilities of a token that ends
+    /// in an incomplete UTF-8 sequence, which a random model emits all the time.
+    pub byte_tokens: bool,
+    /// Multiplies the final norm's weights: sharper logits (a random model's top two are
+    /// otherwise often near-tied, and a near-tie proves nothing in a parity check).
+    pub logit_scale: f32,
     pub seed: u64,
 }
 
 impl SyntheticSpec {
     /// A tiny model of `arch` with f32 weights and the family's usual options (GQA, Gemma's
-    /// sliding window on 5 of 6 layers, Qwen 2 biases, an untied head for Llama).
+    /// sliding window on 5 of 6 layers, Qwen 2 biases, an untied head for Llama and OLMoE,
+    /// eight experts of which two run for the MoE families).
     pub fn tiny(arch: Arch, seed: u64) -> SyntheticSpec {
+        let moe = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
         SyntheticSpec {
             arch,
             n_vocab: 320,
             n_embd: 64,
-            n_layer: if arch == Arch::Gemma3 { 6 } else { 2 },
+            n_layer: if arch.is_gemma() { 6 } else { 2 },
             n_head: 4,
-            // An encoder has as many K/V heads as queries.
-            n_head_kv: if arch == Arch::Bert { 4 } else { 2 },
+            // An encoder and OLMoE have as many K/V heads as queries.
+            n_head_kv: if matches!(arch, Arch::Bert | Arch::Olmoe) {
+                4
+            } else {
+                2
+            },
             head_dim: 16,
             n_ff: 96,
             context_length: 256,
-            sliding_window: if arch == Arch::Gemma3 { 8 } else { 0 },
-            untied_output: arch == Arch::Llama,
+            sliding_window: if arch.is_gemma() { 8 } else { 0 },
+            untied_output: matches!(arch, Arch::Llama | Arch::Olmoe | Arch::Phi3),
             qkv_bias: arch == Arch::Qwen2,
             weight_type: GgmlType::F32,
+            n_expert: if moe { 8 } else { 0 },
+            n_expert_used: if moe { 2 } else { 0 },
+            n_ff_exp: if moe { 32 } else { 0 },
             fim_tokens: false,
             pooling_type: None,
             chat_template: None,
+            byte_tokens: true,
+            logit_scale: 1.0,
             seed,
         }
     }
@@ -81,14 +105,75 @@ impl SyntheticSpec {
             self.n_head = 8;
             self.head_dim = 32;
             self.n_ff = 256;
+            if self.n_expert > 0 {
+                self.n_ff_exp = 256;
+            }
         }
+        self
+    }
+
+    /// The model each architecture's llama.cpp parity goldens are made with
+    /// (`tests/parity.rs`, `scripts/gen-parity-goldens.sh`): larger than [`Self::tiny`] so
+    /// that the layers do real work, sharp logits, and f32 weights: both engines then
+    /// multiply in f32 without quantizing activations, so their hidden states differ by
+    /// rounding only. (With Q8_0 weights the two engines' 8-bit activations differ enough to
+    /// flip an MoE router's near-tied choices at ~6 % of positions, each a large but
+    /// legitimate divergence; the formats are checked on their own elsewhere.) `moe` gives a `llama` experts (Mixtral's layout).
+    pub fn parity(arch: Arch, moe: bool) -> SyntheticSpec {
+        let mut s = SyntheticSpec::tiny(arch, 20261202);
+        s.n_vocab = 512;
+        s.n_embd = 128;
+        s.n_layer = if arch.is_gemma() { 6 } else { 3 };
+        s.n_head = 4;
+        s.n_head_kv = if arch == Arch::Olmoe { 4 } else { 2 };
+        s.head_dim = 32;
+        s.n_ff = 256;
+        s.context_length = 2048;
+        s.logit_scale = 5.0;
+        s.byte_tokens = false;
+        if s.n_expert > 0 {
+            s.n_ff_exp = 64;
+        }
+        if moe {
+            s = s.with_experts(8, 2, 64);
+        }
+        s
+    }
+
+    /// Every model the parity goldens cover, by the name their golden file carries.
+    pub fn parity_models() -> Vec<(&'static str, SyntheticSpec)> {
+        vec![
+            ("gemma3", SyntheticSpec::parity(Arch::Gemma3, false)),
+            ("gemma2", SyntheticSpec::parity(Arch::Gemma2, false)),
+            ("phi3", SyntheticSpec::parity(Arch::Phi3, false)),
+            ("llama", SyntheticSpec::parity(Arch::Llama, false)),
+            ("qwen2", SyntheticSpec::parity(Arch::Qwen2, false)),
+            ("qwen3", SyntheticSpec::parity(Arch::Qwen3, false)),
+            ("qwen3moe", SyntheticSpec::parity(Arch::Qwen3Moe, false)),
+            ("olmoe", SyntheticSpec::parity(Arch::Olmoe, false)),
+            ("mixtral", SyntheticSpec::parity(Arch::Llama, true)),
+        ]
+    }
+
+    /// The same model with a routed FFN of `n_expert` experts, `n_used` per token (a Llama
+    /// with experts is Mixtral's layout).
+    pub fn with_experts(
+        mut self,
+        n_expert: usize,
+        n_used: usize,
+        n_ff_exp: usize,
+    ) -> SyntheticSpec {
+        self.n_expert = n_expert;
+        self.n_expert_used = n_used;
+        self.n_ff_exp = n_ff_exp;
         self
     }
 }
 
-/// The vocabulary every synthetic model shares: 4 specials, 256 byte tokens, then pieces
+/// The vocabulary every synthetic model shares: 4 specials, 256 byte tokens (unless
+/// `bytes` is false), then pieces
 /// (the last four FIM control tokens, with `fim`).
-fn vocab(n_vocab: usize, fim: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+fn vocab(n_vocab: usize, fim: bool, bytes: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
     let mut tokens = vec![
         "<pad>".to_string(),
         "<eos>".into(),
@@ -96,7 +181,7 @@ fn vocab(n_vocab: usize, fim: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
         "<unk>".into(),
     ];
     let mut types = vec![3i32, 3, 3, 2];
-    for b in 0..=255u8 {
+    for b in (0..=255u8).filter(|_| bytes) {
         tokens.push(format!("<0x{b:02X}>"));
         types.push(6);
     }
@@ -175,11 +260,21 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     let mut w = GgufWriter::new();
     let u32v = |n: usize| Value::U32(n as u32);
     w.add_metadata("general.architecture", Value::String(a.into()));
-    w.add_metadata("general.name", Value::String(format!("synthetic-{a}")));
+    // Not "synthetic-phi3": llama.cpp applies Phi-3's vocabulary fix-ups to any model whose
+    // name contains "phi3", and they need Phi-3's real special tokens.
+    let name = match s.arch {
+        Arch::Phi3 => "synthetic-phi".to_string(),
+        _ => format!("synthetic-{a}"),
+    };
+    w.add_metadata("general.name", Value::String(name));
     w.add_metadata(&format!("{a}.context_length"), u32v(s.context_length));
     w.add_metadata(&format!("{a}.embedding_length"), u32v(s.n_embd));
     w.add_metadata(&format!("{a}.block_count"), u32v(s.n_layer));
-    w.add_metadata(&format!("{a}.feed_forward_length"), u32v(s.n_ff));
+    // Only Qwen3-MoE gives its experts their own width; Llama's (Mixtral's) and OLMoE's are
+    // `feed_forward_length` wide.
+    let own_width = s.n_expert > 0 && s.arch != Arch::Qwen3Moe;
+    let ffn_width = if own_width { s.n_ff_exp } else { s.n_ff };
+    w.add_metadata(&format!("{a}.feed_forward_length"), u32v(ffn_width));
     w.add_metadata(&format!("{a}.attention.head_count"), u32v(s.n_head));
     w.add_metadata(&format!("{a}.attention.head_count_kv"), u32v(s.n_head_kv));
     w.add_metadata(&format!("{a}.attention.key_length"), u32v(s.head_dim));
@@ -189,6 +284,19 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         Value::F32(1e-6),
     );
     w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    if s.arch == Arch::Gemma2 {
+        // Caps low enough to bite on a random model's scores and logits (the defaults, 50
+        // and 30, would leave them almost untouched and untested).
+        w.add_metadata(&format!("{a}.attn_logit_softcapping"), Value::F32(3.0));
+        w.add_metadata(&format!("{a}.final_logit_softcapping"), Value::F32(12.0));
+    }
+    if s.n_expert > 0 {
+        w.add_metadata(&format!("{a}.expert_count"), u32v(s.n_expert));
+        w.add_metadata(&format!("{a}.expert_used_count"), u32v(s.n_expert_used));
+        if s.arch == Arch::Qwen3Moe {
+            w.add_metadata(&format!("{a}.expert_feed_forward_length"), u32v(s.n_ff_exp));
+        }
+    }
     if let Some(p) = s.pooling_type {
         w.add_metadata(&format!("{a}.pooling_type"), u32v(p));
     }
@@ -198,7 +306,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             u32v(s.sliding_window),
         );
     }
-    let (tokens, scores, types) = vocab(s.n_vocab, s.fim_tokens);
+    let (tokens, scores, types) = vocab(s.n_vocab, s.fim_tokens, s.byte_tokens);
     w.add_metadata("tokenizer.ggml.model", Value::String("llama".into()));
     w.add_metadata("tokenizer.ggml.pre", Value::String("default".into()));
     w.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens));
@@ -215,7 +323,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     w.add_metadata("tokenizer.ggml.add_eos_token", Value::Bool(false));
     w.add_metadata(
         "tokenizer.ggml.add_space_prefix",
-        Value::Bool(s.arch != Arch::Gemma3),
+        Value::Bool(!s.arch.is_gemma()),
     );
 
     let (d, q, kv, ff) = (
@@ -224,53 +332,85 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         s.n_head_kv * s.head_dim,
         s.n_ff,
     );
-    let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize| {
+    // `n` matrices of `rows` x `cols` in type `ty` (experts: a 3-D tensor).
+    let mut tensor = |w: &mut GgufWriter, name: &str, n: usize, rows: usize, cols: usize, ty| {
         let scale = 1.0 / (cols as f32).sqrt();
-        let vals: Vec<f32> = (0..rows * cols)
+        let vals: Vec<f32> = (0..n * rows * cols)
             .map(|_| rng.gen_range(-1.7..1.7) * scale)
             .collect();
         let mut bytes = Vec::new();
         for row in vals.chunks_exact(cols) {
-            ferrox_kernels::quantize_row(s.weight_type, row, &mut bytes);
+            ferrox_kernels::quantize_row(ty, row, &mut bytes);
         }
-        w.add_tensor(name, &[cols as u64, rows as u64], s.weight_type, bytes);
+        let mut dims = vec![cols as u64, rows as u64];
+        if name.ends_with("_exps.weight") {
+            dims.push(n as u64);
+        }
+        w.add_tensor(name, &dims, ty, bytes);
     };
+    let wt = s.weight_type;
     let mut rng2 = StdRng::seed_from_u64(s.seed ^ 0x5eed);
-    let mut vector = |w: &mut GgufWriter, name: &str, n: usize| {
-        let vals: Vec<f32> = (0..n).map(|_| 1.0 + rng2.gen_range(-0.2..0.2)).collect();
+    let mut vector = |w: &mut GgufWriter, name: &str, n: usize, scale: f32| {
+        let vals: Vec<f32> = (0..n)
+            .map(|_| (1.0 + rng2.gen_range(-0.2..0.2)) * scale)
+            .collect();
         let bytes = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
         w.add_tensor(name, &[n as u64], GgmlType::F32, bytes);
     };
     // The embedding is scaled up so residual-stream magnitudes look like a real model's.
-    matrix(&mut w, "token_embd.weight", s.n_vocab, d);
+    tensor(&mut w, "token_embd.weight", 1, s.n_vocab, d, wt);
     if s.untied_output {
-        matrix(&mut w, "output.weight", s.n_vocab, d);
+        tensor(&mut w, "output.weight", 1, s.n_vocab, d, wt);
     }
-    vector(&mut w, "output_norm.weight", d);
-    let qk_norm = matches!(s.arch, Arch::Gemma3 | Arch::Qwen3);
+    vector(&mut w, "output_norm.weight", d, s.logit_scale);
+    let qk_norm = s.arch.qk_norm();
+    // Phi-3 stores Q/K/V as one `attn_qkv` and gate/up as one `ffn_up`.
+    let fused = s.arch == Arch::Phi3;
     for il in 0..s.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
-        vector(&mut w, &p("attn_norm.weight"), d);
-        matrix(&mut w, &p("attn_q.weight"), q, d);
-        matrix(&mut w, &p("attn_k.weight"), kv, d);
-        matrix(&mut w, &p("attn_v.weight"), kv, d);
+        vector(&mut w, &p("attn_norm.weight"), d, 1.0);
+        if fused {
+            tensor(&mut w, &p("attn_qkv.weight"), 1, q + 2 * kv, d, wt);
+        } else {
+            tensor(&mut w, &p("attn_q.weight"), 1, q, d, wt);
+            tensor(&mut w, &p("attn_k.weight"), 1, kv, d, wt);
+            tensor(&mut w, &p("attn_v.weight"), 1, kv, d, wt);
+        }
         if s.qkv_bias {
-            vector(&mut w, &p("attn_q.bias"), q);
-            vector(&mut w, &p("attn_k.bias"), kv);
-            vector(&mut w, &p("attn_v.bias"), kv);
+            vector(&mut w, &p("attn_q.bias"), q, 1.0);
+            vector(&mut w, &p("attn_k.bias"), kv, 1.0);
+            vector(&mut w, &p("attn_v.bias"), kv, 1.0);
         }
-        if qk_norm {
-            vector(&mut w, &p("attn_q_norm.weight"), s.head_dim);
-            vector(&mut w, &p("attn_k_norm.weight"), s.head_dim);
+        match qk_norm {
+            Some(QkNorm::PerHead) => {
+                vector(&mut w, &p("attn_q_norm.weight"), s.head_dim, 1.0);
+                vector(&mut w, &p("attn_k_norm.weight"), s.head_dim, 1.0);
+            }
+            Some(QkNorm::Whole) => {
+                vector(&mut w, &p("attn_q_norm.weight"), q, 1.0);
+                vector(&mut w, &p("attn_k_norm.weight"), kv, 1.0);
+            }
+            None => {}
         }
-        matrix(&mut w, &p("attn_output.weight"), d, q);
-        vector(&mut w, &p("ffn_norm.weight"), d);
-        matrix(&mut w, &p("ffn_gate.weight"), ff, d);
-        matrix(&mut w, &p("ffn_up.weight"), ff, d);
-        matrix(&mut w, &p("ffn_down.weight"), d, ff);
-        if s.arch == Arch::Gemma3 {
-            vector(&mut w, &p("post_attention_norm.weight"), d);
-            vector(&mut w, &p("post_ffw_norm.weight"), d);
+        tensor(&mut w, &p("attn_output.weight"), 1, d, q, wt);
+        vector(&mut w, &p("ffn_norm.weight"), d, 1.0);
+        if s.n_expert > 0 {
+            let (ne, fe) = (s.n_expert, s.n_ff_exp);
+            tensor(&mut w, &p("ffn_gate_inp.weight"), 1, ne, d, GgmlType::F32);
+            tensor(&mut w, &p("ffn_gate_exps.weight"), ne, fe, d, wt);
+            tensor(&mut w, &p("ffn_up_exps.weight"), ne, fe, d, wt);
+            tensor(&mut w, &p("ffn_down_exps.weight"), ne, d, fe, wt);
+        } else if fused {
+            tensor(&mut w, &p("ffn_up.weight"), 1, 2 * ff, d, wt);
+            tensor(&mut w, &p("ffn_down.weight"), 1, d, ff, wt);
+        } else {
+            tensor(&mut w, &p("ffn_gate.weight"), 1, ff, d, wt);
+            tensor(&mut w, &p("ffn_up.weight"), 1, ff, d, wt);
+            tensor(&mut w, &p("ffn_down.weight"), 1, d, ff, wt);
+        }
+        if s.arch.is_gemma() {
+            vector(&mut w, &p("post_attention_norm.weight"), d, 1.0);
+            vector(&mut w, &p("post_ffw_norm.weight"), d, 1.0);
         }
     }
     w.to_bytes()
@@ -370,6 +510,17 @@ fn build_encoder(s: &SyntheticSpec) -> Vec<u8> {
         f32s(&mut w, &name, bias);
     }
     w.to_bytes()
+}
+
+/// FNV-1a (64 bits) of a file's bytes: how a golden file names the exact model it was made
+/// from, so that a changed writer fails loudly instead of comparing different weights.
+pub fn fingerprint(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// Builds and loads the model of `spec`.

@@ -6,7 +6,7 @@
 use ferrox_gguf::{GgmlType, GgufFile, TensorInfo};
 use ferrox_kernels::QMatrix;
 
-use crate::config::{Arch, ModelConfig};
+use crate::config::{ModelConfig, QkNorm};
 use crate::error::EngineError;
 
 /// A weight matrix living in the file: `rows` outputs of `cols` inputs each.
@@ -19,17 +19,20 @@ pub struct Matrix {
     pub cols: usize,
     /// Index of the tensor in the file's tensor list (found by name once, at load).
     index: usize,
-    n_bytes: usize,
+    row_bytes: usize,
+    /// Where this matrix starts in its tensor: a part of a fused tensor (Phi-3's `attn_qkv`,
+    /// its gate+up `ffn_up`) is a run of the tensor's rows.
+    first_row: usize,
 }
 
 impl Matrix {
     /// The kernel view of this matrix over `file`'s bytes.
     pub fn view<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
         let data = file.tensor_data(&file.tensors()[self.index]);
-        debug_assert_eq!(data.len(), self.n_bytes, "tensor {}", self.name);
+        let start = self.first_row * self.row_bytes;
         QMatrix {
             ty: self.ty,
-            data,
+            data: &data[start..start + self.rows * self.row_bytes],
             rows: self.rows,
             cols: self.cols,
         }
@@ -37,7 +40,18 @@ impl Matrix {
 
     /// Bytes of one row (a whole number of blocks by construction).
     pub fn row_bytes(&self) -> usize {
-        self.n_bytes / self.rows
+        self.row_bytes
+    }
+
+    /// Rows `first..first + n` as a matrix of their own.
+    fn slice_rows(&self, first: usize, n: usize) -> Matrix {
+        assert!(first + n <= self.rows, "{}: rows out of range", self.name);
+        Matrix {
+            name: format!("{}[{first}..{}]", self.name, first + n),
+            rows: n,
+            first_row: self.first_row + first,
+            ..self.clone()
+        }
     }
 }
 
@@ -58,11 +72,57 @@ pub struct LayerWeights {
     /// Norm of the attention output before the residual add (Gemma).
     pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Matrix,
-    pub w_up: Matrix,
-    pub w_down: Matrix,
+    pub ffn: Ffn,
     /// Norm of the FFN output before the residual add (Gemma).
     pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A layer's feed-forward network.
+#[derive(Debug)]
+pub enum Ffn {
+    /// One gated FFN for every token.
+    Dense {
+        gate: Matrix,
+        up: Matrix,
+        down: Matrix,
+    },
+    /// A router and stacked experts (`moe.rs` runs them).
+    Moe(MoeWeights),
+}
+
+/// A mixture-of-experts layer's tensors.
+#[derive(Debug)]
+pub struct MoeWeights {
+    /// Router: `n_expert` logits per token.
+    pub router: Matrix,
+    /// Expert `e`'s gate, up and down matrices are `.expert(e)` of these.
+    pub gate: Experts,
+    pub up: Experts,
+    pub down: Experts,
+}
+
+/// A 3-D tensor of `n` matrices of `rows` × `cols`, stored one after another (GGUF dims
+/// `[cols, rows, n]`).
+#[derive(Debug, Clone)]
+pub struct Experts {
+    /// The whole tensor as one matrix of `n * rows` rows.
+    all: Matrix,
+    /// Rows of one expert.
+    pub rows: usize,
+}
+
+impl Experts {
+    /// Expert `e`'s matrix over `file`'s bytes.
+    pub fn view<'a>(&self, file: &'a GgufFile, e: usize) -> QMatrix<'a> {
+        let all = self.all.view(file);
+        let bytes = self.rows * self.all.row_bytes();
+        QMatrix {
+            ty: all.ty,
+            data: &all.data[e * bytes..(e + 1) * bytes],
+            rows: self.rows,
+            cols: all.cols,
+        }
+    }
 }
 
 /// Every tensor the forward pass reads.
@@ -84,8 +144,13 @@ impl Weights {
         } else {
             token_embd.clone()
         };
-        let gemma = cfg.arch == Arch::Gemma3;
-        let qk_norm = matches!(cfg.arch, Arch::Gemma3 | Arch::Qwen3);
+        let gemma = cfg.arch.is_gemma();
+        let qk_norm = cfg.arch.qk_norm();
+        if f.tensor("rope_factors_long.weight").is_some() {
+            return Err(EngineError::UnsupportedFeature(
+                "LongRoPE frequency factors (`rope_factors_long.weight`, 128k-context Phi-3)",
+            ));
+        }
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for il in 0..cfg.n_layer {
             let p = |s: &str| format!("blk.{il}.{s}");
@@ -96,11 +161,11 @@ impl Weights {
                     Ok(None)
                 }
             };
-            let head_norm = |s: &str| -> Result<Option<Vec<f32>>, EngineError> {
-                if qk_norm {
-                    vector(f, &p(s), cfg.head_dim).map(Some)
-                } else {
-                    Ok(None)
+            let qk_norm = |s: &str, whole: usize| -> Result<Option<Vec<f32>>, EngineError> {
+                match qk_norm {
+                    Some(QkNorm::PerHead) => vector(f, &p(s), cfg.head_dim).map(Some),
+                    Some(QkNorm::Whole) => vector(f, &p(s), whole).map(Some),
+                    None => Ok(None),
                 }
             };
             let post_norm = |s: &str| -> Result<Option<Vec<f32>>, EngineError> {
@@ -110,22 +175,56 @@ impl Weights {
                     Ok(None)
                 }
             };
+            // Q, K and V: three tensors, or one fused `attn_qkv` (Phi-3) in that row order.
+            let (wq, wk, wv) = if f.tensor(&p("attn_qkv.weight")).is_some() {
+                let qkv = matrix(f, &p("attn_qkv.weight"), q + 2 * kv, d)?;
+                (
+                    qkv.slice_rows(0, q),
+                    qkv.slice_rows(q, kv),
+                    qkv.slice_rows(q + kv, kv),
+                )
+            } else {
+                (
+                    matrix(f, &p("attn_q.weight"), q, d)?,
+                    matrix(f, &p("attn_k.weight"), kv, d)?,
+                    matrix(f, &p("attn_v.weight"), kv, d)?,
+                )
+            };
             layers.push(LayerWeights {
                 attn_norm: vector(f, &p("attn_norm.weight"), d)?,
-                wq: matrix(f, &p("attn_q.weight"), q, d)?,
-                wk: matrix(f, &p("attn_k.weight"), kv, d)?,
-                wv: matrix(f, &p("attn_v.weight"), kv, d)?,
+                wq,
+                wk,
+                wv,
                 bq: opt_vec(p("attn_q.bias"), q)?,
                 bk: opt_vec(p("attn_k.bias"), kv)?,
                 bv: opt_vec(p("attn_v.bias"), kv)?,
-                q_norm: head_norm("attn_q_norm.weight")?,
-                k_norm: head_norm("attn_k_norm.weight")?,
+                q_norm: qk_norm("attn_q_norm.weight", q)?,
+                k_norm: qk_norm("attn_k_norm.weight", kv)?,
                 wo: matrix(f, &p("attn_output.weight"), d, q)?,
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 ffn_norm: vector(f, &p("ffn_norm.weight"), d)?,
-                w_gate: matrix(f, &p("ffn_gate.weight"), ff, d)?,
-                w_up: matrix(f, &p("ffn_up.weight"), ff, d)?,
-                w_down: matrix(f, &p("ffn_down.weight"), d, ff)?,
+                ffn: match &cfg.moe {
+                    // Gate and up: two tensors, or one `ffn_up` of both (Phi-3: gate rows first).
+                    None if f.tensor(&p("ffn_gate.weight")).is_none() => {
+                        let both = matrix(f, &p("ffn_up.weight"), 2 * ff, d)?;
+                        Ffn::Dense {
+                            gate: both.slice_rows(0, ff),
+                            up: both.slice_rows(ff, ff),
+                            down: matrix(f, &p("ffn_down.weight"), d, ff)?,
+                        }
+                    }
+                    None => Ffn::Dense {
+                        gate: matrix(f, &p("ffn_gate.weight"), ff, d)?,
+                        up: matrix(f, &p("ffn_up.weight"), ff, d)?,
+                        down: matrix(f, &p("ffn_down.weight"), d, ff)?,
+                    },
+                    Some(m) => Ffn::Moe(MoeWeights {
+                        router: matrix(f, &p("ffn_gate_inp.weight"), m.n_expert, d)?,
+                        gate: experts(f, &p("ffn_gate_exps.weight"), m.n_expert, m.n_ff_exp, d)?,
+                        up: experts(f, &p("ffn_up_exps.weight"), m.n_expert, m.n_ff_exp, d)?,
+                        down: experts(f, &p("ffn_down_exps.weight"), m.n_expert, d, m.n_ff_exp)?,
+                    }),
+                },
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
             });
         }
@@ -144,6 +243,19 @@ fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, EngineError> 
     })
 }
 
+/// Binds a 3-D weight of `n` matrices of `rows` × `cols` (GGUF dims `[cols, rows, n]`).
+fn experts(
+    f: &GgufFile,
+    name: &str,
+    n: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<Experts, EngineError> {
+    let expected = vec![cols as u64, rows as u64, n as u64];
+    let all = tensor(f, name, expected, n * rows, cols)?;
+    Ok(Experts { all, rows })
+}
+
 /// Binds a 2-D weight of `rows` × `cols` (GGUF dims `[cols, rows]`).
 pub(crate) fn matrix(
     f: &GgufFile,
@@ -151,8 +263,18 @@ pub(crate) fn matrix(
     rows: usize,
     cols: usize,
 ) -> Result<Matrix, EngineError> {
+    tensor(f, name, vec![cols as u64, rows as u64], rows, cols)
+}
+
+/// Binds a weight of GGUF dims `expected`, viewed as `rows` × `cols`.
+fn tensor(
+    f: &GgufFile,
+    name: &str,
+    expected: Vec<u64>,
+    rows: usize,
+    cols: usize,
+) -> Result<Matrix, EngineError> {
     let t = info(f, name)?;
-    let expected = vec![cols as u64, rows as u64];
     if t.dims != expected {
         return Err(EngineError::BadTensorShape {
             name: name.into(),
@@ -179,7 +301,8 @@ pub(crate) fn matrix(
         rows,
         cols,
         index,
-        n_bytes,
+        row_bytes: n_bytes / rows,
+        first_row: 0,
     })
 }
 

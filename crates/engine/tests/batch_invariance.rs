@@ -160,13 +160,35 @@ fn check_kv(m: &Model, shape: KvShape, ps: &[Vec<u32>], n_decode: usize, chunk_s
 
 #[test]
 fn synthetic_models_are_batch_and_chunk_invariant() {
-    for arch in [Arch::Gemma3, Arch::Llama, Arch::Qwen2, Arch::Qwen3] {
+    let arches = [
+        Arch::Gemma3,
+        Arch::Gemma2,
+        Arch::Phi3,
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Qwen3Moe,
+        Arch::Olmoe,
+    ];
+    for arch in arches {
         for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
             let m = synthetic::load(&SyntheticSpec::tiny(arch, 5).quantized(ty), 2).unwrap();
             // Lengths cross the synthetic Gemma window (8) and several KV blocks.
             check(&m, &prompts(&[13, 1, 22, 6], 320), 5, &[1, 7]);
         }
     }
+}
+
+/// An MoE step groups its rows by expert: a row's logits must not depend on which other
+/// rows shared its experts, nor on how many rows an expert ran at once (the lane-major
+/// kernels take eight or more).
+#[test]
+fn expert_grouping_does_not_change_logits() {
+    let spec = SyntheticSpec::tiny(Arch::Llama, 21)
+        .quantized(GgmlType::Q4_0)
+        .with_experts(4, 2, 64);
+    let m = synthetic::load(&spec, 2).unwrap();
+    check(&m, &prompts(&[40, 3, 25, 9, 17], 320), 4, &[1, 5, 16]);
 }
 
 #[test]

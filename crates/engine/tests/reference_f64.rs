@@ -1,8 +1,10 @@
 //! Every architecture against an independent float64 forward pass written here, from the
 //! GGUF's own tensors (no engine code but the kernels' dequantizer, which the kernels crate
 //! tests against hand-built blocks). No real Llama or Qwen checkpoint can be fetched here, so
-//! these random-weight models are how GQA, both RoPE styles, QK-norm, Q/K/V biases, Gemma's
-//! sliding window and post-norms, and tied/untied heads are checked.
+//! these random-weight models are how GQA, both RoPE styles, QK-norm (per head and whole),
+//! Q/K/V biases, Gemma's sliding windows (every 6th or every 2nd layer global), post-norms and
+//! Gemma 2's soft-caps, Phi-3's fused tensors, tied/untied heads and the experts'
+//! routing (Qwen3-MoE, OLMoE, a Llama with experts) are checked.
 
 use ferrox_engine::synthetic::{build_gguf, SyntheticSpec};
 use ferrox_engine::{Arch, Model, ModelConfig, SeqChunk};
@@ -53,12 +55,54 @@ impl Ref<'_> {
         }
     }
 
+    /// A mixture-of-experts FFN over every position: softmax router, top `n_used` experts
+    /// (renormalised where the family does), their SiLU-gated outputs summed by weight.
+    fn moe_layer(&self, il: usize, m: &ferrox_engine::config::MoeConfig, xs: &mut [Vec<f64>]) {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let d = self.c.n_embd;
+        let ff = m.n_ff_exp;
+        let router = self.w(&p("ffn_gate_inp.weight"));
+        let (ge, ue, de) = (
+            self.w(&p("ffn_gate_exps.weight")),
+            self.w(&p("ffn_up_exps.weight")),
+            self.w(&p("ffn_down_exps.weight")),
+        );
+        for x in xs.iter_mut() {
+            let h = self.rms(x, &self.w(&p("ffn_norm.weight")));
+            let logits = Self::mv(&router, &h);
+            let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = logits.iter().map(|l| (l - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            let mut order: Vec<usize> = (0..e.len()).collect();
+            order.sort_by(|&a, &b| e[b].total_cmp(&e[a]));
+            let chosen = &order[..m.n_used];
+            let total: f64 = chosen.iter().map(|&i| e[i] / z).sum();
+            let mut o = vec![0.0; d];
+            for &ex in chosen {
+                let mut wgt = e[ex] / z;
+                if m.norm_weights {
+                    wgt /= total;
+                }
+                let g = Self::mv(&ge[ex * ff * d..(ex + 1) * ff * d], &h);
+                let u = Self::mv(&ue[ex * ff * d..(ex + 1) * ff * d], &h);
+                let a: Vec<f64> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                let y = Self::mv(&de[ex * d * ff..(ex + 1) * d * ff], &a);
+                o.iter_mut().zip(&y).for_each(|(o, y)| *o += wgt * y);
+            }
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        }
+    }
+
     /// Logits at the last position of `ids`, recomputing everything.
     fn forward(&self, ids: &[u32]) -> Vec<f64> {
         let c = &self.c;
         let (d, hd) = (c.n_embd, c.head_dim);
         let emb = self.w("token_embd.weight");
-        let gemma = c.arch == Arch::Gemma3;
+        let gemma = c.arch.is_gemma();
         let mut xs: Vec<Vec<f64>> = ids
             .iter()
             .map(|&t| {
@@ -70,17 +114,28 @@ impl Ref<'_> {
             .collect();
         for il in 0..c.n_layer {
             let p = |s: &str| format!("blk.{il}.{s}");
-            let sliding = c.sliding_window > 0 && il % 6 != 5;
+            let sliding = c.sliding_window > 0 && il % c.swa_period != c.swa_period - 1;
             let base = if sliding {
                 c.rope_base_swa
             } else {
                 c.rope_base
             } as f64;
-            let (wq, wk, wv) = (
-                self.w(&p("attn_q.weight")),
-                self.w(&p("attn_k.weight")),
-                self.w(&p("attn_v.weight")),
-            );
+            let (wq, wk, wv) = match self.t(&p("attn_qkv.weight")) {
+                // Fused (Phi-3): Q rows, then K, then V.
+                Some(qkv) => {
+                    let (q, kv) = (c.n_head * hd * d, c.n_head_kv * hd * d);
+                    (
+                        qkv[..q].to_vec(),
+                        qkv[q..q + kv].to_vec(),
+                        qkv[q + kv..].to_vec(),
+                    )
+                }
+                None => (
+                    self.w(&p("attn_q.weight")),
+                    self.w(&p("attn_k.weight")),
+                    self.w(&p("attn_v.weight")),
+                ),
+            };
             let mut qs = Vec::new();
             let mut ks = Vec::new();
             let mut vs = Vec::new();
@@ -102,7 +157,12 @@ impl Ref<'_> {
                     (&mut q, "attn_q_norm.weight"),
                     (&mut k, "attn_k_norm.weight"),
                 ] {
-                    let norm = self.t(&p(n));
+                    let mut norm = self.t(&p(n));
+                    // A norm as wide as the projection (OLMoE) applies to all of it at once.
+                    if let Some(w) = norm.take_if(|w| w.len() == y.len() && w.len() != hd) {
+                        let normed = self.rms(y, &w);
+                        y.copy_from_slice(&normed);
+                    }
                     for head in y.chunks_exact_mut(hd) {
                         if let Some(w) = &norm {
                             let normed = self.rms(head, w);
@@ -136,6 +196,10 @@ impl Ref<'_> {
                                 .sum::<f64>()
                                 * scale
                         })
+                        .map(|s| match c.attn_softcap {
+                            Some(cap) => cap as f64 * (s / cap as f64).tanh(),
+                            None => s,
+                        })
                         .collect();
                     let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -152,11 +216,27 @@ impl Ref<'_> {
                 }
                 xs[qi].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             }
-            let (wg, wu, wd) = (
-                self.w(&p("ffn_gate.weight")),
-                self.w(&p("ffn_up.weight")),
-                self.w(&p("ffn_down.weight")),
-            );
+            if let Some(m) = &c.moe {
+                self.moe_layer(il, m, &mut xs);
+                continue;
+            }
+            let (wg, wu, wd) = match self.t(&p("ffn_gate.weight")) {
+                Some(g) => (
+                    g,
+                    self.w(&p("ffn_up.weight")),
+                    self.w(&p("ffn_down.weight")),
+                ),
+                // Fused gate and up (Phi-3): gate rows first.
+                None => {
+                    let both = self.w(&p("ffn_up.weight"));
+                    let half = both.len() / 2;
+                    (
+                        both[..half].to_vec(),
+                        both[half..].to_vec(),
+                        self.w(&p("ffn_down.weight")),
+                    )
+                }
+            };
             for x in xs.iter_mut() {
                 let h = self.rms(x, &self.w(&p("ffn_norm.weight")));
                 let g = Self::mv(&wg, &h);
@@ -186,7 +266,14 @@ impl Ref<'_> {
         }
         let last = self.rms(xs.last().unwrap(), &self.w("output_norm.weight"));
         let head = self.t("output.weight").unwrap_or(emb);
-        Self::mv(&head, &last)
+        let logits = Self::mv(&head, &last);
+        match c.final_logit_softcap {
+            Some(cap) => logits
+                .into_iter()
+                .map(|l| cap as f64 * (l / cap as f64).tanh())
+                .collect(),
+            None => logits,
+        }
     }
 }
 
@@ -227,7 +314,16 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 4] = [Arch::Gemma3, Arch::Llama, Arch::Qwen2, Arch::Qwen3];
+const ARCHES: [Arch; 8] = [
+    Arch::Gemma3,
+    Arch::Gemma2,
+    Arch::Phi3,
+    Arch::Llama,
+    Arch::Qwen2,
+    Arch::Qwen3,
+    Arch::Qwen3Moe,
+    Arch::Olmoe,
+];
 
 #[test]
 fn f32_weights_track_the_f64_reference() {
@@ -237,6 +333,16 @@ fn f32_weights_track_the_f64_reference() {
         eprintln!("{arch:?} f32 weights: max |Δlogit| / spread = {rel:.2e}");
         // f32 math with an f16 KV cache: errors of order 1e-3 of the logit spread.
         assert!(rel < 5e-3, "{arch:?}: {rel}");
+    }
+}
+
+/// Mixtral's layout: a `llama` file with `llama.expert_count` and stacked expert tensors.
+#[test]
+fn a_llama_with_experts_tracks_the_f64_reference() {
+    for (n_expert, n_used) in [(4, 2), (6, 1), (3, 3)] {
+        let spec = SyntheticSpec::tiny(Arch::Llama, 5).with_experts(n_expert, n_used, 48);
+        let rel = compare(&spec, 20);
+        assert!(rel < 5e-3, "{n_expert} experts, {n_used} used: {rel}");
     }
 }
 
@@ -262,6 +368,10 @@ fn quantized_weights_track_the_f64_reference() {
         (Arch::Llama, GgmlType::IQ4_NL),
         (Arch::Qwen3, GgmlType::IQ4_XS),
         (Arch::Gemma3, GgmlType::MXFP4),
+        (Arch::Qwen3Moe, GgmlType::Q4_K),
+        (Arch::Olmoe, GgmlType::Q8_0),
+        (Arch::Gemma2, GgmlType::Q4_K),
+        (Arch::Phi3, GgmlType::Q5_K),
     ] {
         let rel = compare(&SyntheticSpec::tiny(arch, 3).quantized(ty), 12);
         eprintln!("{arch:?} {ty:?}: max |Δlogit| / spread = {rel:.2e}");

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Regenerates the llama.cpp parity goldens (issue 25, item 4): for every model of
+# `SyntheticSpec::parity_models()` (a random-weight GGUF per architecture), writes the file,
+# serves it with llama-server (built by scripts/llamacpp.sh, outside the repository) and
+# records llama.cpp's greedy tokens and top-10 log-probabilities in
+# crates/engine/tests/data/parity/NAME.json. `crates/engine/tests/parity.rs` holds our engine
+# to them. Run it when the synthetic writer or a parity spec changes (the test names the
+# model's fingerprint and says so), or with a new llama.cpp.
+#
+#   scripts/gen-parity-goldens.sh [NAME...]     # default: every parity model
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+source scripts/llamacpp.sh
+PORT=${PORT:-18561}
+WORK=$(mktemp -d)
+OUT=crates/engine/tests/data/parity
+mkdir -p "$OUT"
+
+build_llama_cpp
+cargo build -q --release -p ferrox-engine --example parity_model
+NAMES=("$@")
+if [ ${#NAMES[@]} -eq 0 ]; then
+    NAMES=(gemma3 gemma2 phi3 llama qwen2 qwen3 qwen3moe olmoe mixtral)
+fi
+for name in "${NAMES[@]}"; do
+    fp=$(target/release/examples/parity_model "$name" "$WORK/$name.gguf")
+    "$LCPP/build/bin/llama-server" -m "$WORK/$name.gguf" -t 2 -c 2048 --host 127.0.0.1 \
+        --port "$PORT" >"$WORK/$name.log" 2>&1 &
+    pid=$!
+    trap 'kill "$pid" 2>/dev/null || true' EXIT
+    wait_healthy "$pid" "$PORT" "$WORK/$name.log"
+    python3 scripts/gen-parity-goldens.py --name "$name" --fingerprint "$fp" \
+        --url "http://127.0.0.1:$PORT" --out "$OUT/$name.json" --llama-cpp "$VERSION"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+done
+rm -rf "$WORK"
