@@ -35,16 +35,18 @@ build_llama_cpp() {
 
 
 # Sets FERROX to the ferrox binary under test (FERROX_BIN, else the release build, built
-# here) and fetches the default model if it is missing. With SHAPE=gemma3-4b or llama3-8b
-# (QUANT=q4_k_m or q8_0), MODEL becomes a random-weight model of that real shape, written once
-# by `ferrox bench model` and cached: both engines then run the very same file.
+# here) and fetches the default model if it is missing. With SHAPE=gemma3-4b, llama3-8b or
+# qwen3moe-30b-a3b (QUANT=q4_k_m or q8_0; LAYERS=N for fewer layers than the shape has), MODEL
+# becomes a random-weight model of that real shape, written once by `ferrox bench model` and
+# cached: both engines then run the very same file.
 build_ferrox() {
     if [ -z "${FERROX_BIN:-}" ]; then
         cargo build -q --release -p ferrox
     fi
     FERROX=${FERROX_BIN:-target/release/ferrox}
     if [ -n "${SHAPE:-}" ]; then
-        MODEL=$("$FERROX" bench model --shape "$SHAPE" --quant "${QUANT:-q4_k_m}")
+        MODEL=$("$FERROX" bench model --shape "$SHAPE" --quant "${QUANT:-q4_k_m}" \
+            ${LAYERS:+--layers "$LAYERS"})
     fi
     [ -f "$MODEL" ] || "$FERROX" pull
 }

@@ -27,6 +27,11 @@ pub enum Shape {
     /// default model's 262144-token SentencePiece vocabulary instead of Llama's 128256).
     #[value(name = "llama3-8b")]
     Llama3_8b,
+    /// Qwen3-30B-A3B, a mixture of experts: d 2048, 48 layers, 32/4 heads x 128, 128 experts
+    /// of width 768 with 8 used per token, vocab 262144 (Qwen's is 151936); 3.3B parameters
+    /// read per token. `--layers 12` writes a quarter of it (~4.6 GB at Q4_K_M).
+    #[value(name = "qwen3moe-30b-a3b")]
+    Qwen3Moe30bA3b,
 }
 
 /// llama.cpp's quantization presets this writer reproduces.
@@ -68,6 +73,8 @@ struct Dims {
     head_dim: usize,
     n_ff: usize,
     context: usize,
+    /// Experts per layer, used per token, width of one (a mixture of experts).
+    experts: Option<(usize, usize, usize)>,
 }
 
 impl Shape {
@@ -83,6 +90,7 @@ impl Shape {
                 head_dim: 256,
                 n_ff: 10240,
                 context: 131072,
+                experts: None,
             },
             Shape::Llama3_8b => Dims {
                 arch: "llama",
@@ -94,6 +102,19 @@ impl Shape {
                 head_dim: 128,
                 n_ff: 14336,
                 context: 8192,
+                experts: None,
+            },
+            Shape::Qwen3Moe30bA3b => Dims {
+                arch: "qwen3moe",
+                name: "qwen3moe-30b-a3b",
+                n_embd: 2048,
+                n_layer: 48,
+                n_head: 32,
+                n_head_kv: 4,
+                head_dim: 128,
+                n_ff: 6144,
+                context: 40960,
+                experts: Some((128, 8, 768)),
             },
         }
     }
@@ -212,6 +233,17 @@ pub fn write(
         Shape::Gemma3_4b => {
             w.add_metadata(&format!("{a}.attention.sliding_window"), u32v(1024));
         }
+        Shape::Qwen3Moe30bA3b => {
+            let (n, used, width) = d.experts.expect("an MoE shape");
+            w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(1_000_000.0));
+            w.add_metadata(
+                &format!("{a}.attention.layer_norm_rms_epsilon"),
+                Value::F32(1e-6),
+            );
+            w.add_metadata(&format!("{a}.expert_count"), u32v(n));
+            w.add_metadata(&format!("{a}.expert_used_count"), u32v(used));
+            w.add_metadata(&format!("{a}.expert_feed_forward_length"), u32v(width));
+        }
         Shape::Llama3_8b => {
             w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(500_000.0));
             w.add_metadata(&format!("{a}.rope.dimension_count"), u32v(d.head_dim));
@@ -226,22 +258,27 @@ pub fn write(
         .map_err(|e| format!("{}: {e}", tokenizer_from.display()))?
         .len();
     let (q, kv) = (d.n_head * d.head_dim, d.n_head_kv * d.head_dim);
-    let mut seed = 0x5eed_u64;
-    let mut matrix = |w: &mut GgufWriter,
-                      name: &str,
-                      kind: &str,
-                      layer: Option<usize>,
-                      rows: usize,
-                      cols: usize| {
-        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let seed = std::cell::Cell::new(0x5eed_u64);
+    // `n` matrices of `rows` x `cols` (n > 1: a 3-D tensor of stacked experts).
+    let tensor = |w: &mut GgufWriter,
+                  name: &str,
+                  kind: &str,
+                  layer: Option<usize>,
+                  (n, rows, cols): (usize, usize, usize)| {
+        seed.set(seed.get().wrapping_add(0x9e37_79b9_7f4a_7c15));
         let ty = preset.type_of(kind, layer, layers);
-        w.add_tensor(
-            name,
-            &[cols as u64, rows as u64],
-            ty,
-            random_rows(ty, rows, cols, seed),
-        );
+        let mut dims = vec![cols as u64, rows as u64];
+        if n > 1 {
+            dims.push(n as u64);
+        }
+        w.add_tensor(name, &dims, ty, random_rows(ty, n * rows, cols, seed.get()));
     };
+    let matrix = |w: &mut GgufWriter,
+                  name: &str,
+                  kind: &str,
+                  layer: Option<usize>,
+                  rows: usize,
+                  cols: usize| tensor(w, name, kind, layer, (1, rows, cols));
     let ones = |w: &mut GgufWriter, name: &str, n: usize| {
         let bytes = std::iter::repeat_n(1.0f32.to_le_bytes(), n)
             .flatten()
@@ -258,7 +295,7 @@ pub fn write(
             n_vocab,
             d.n_embd,
         ),
-        Shape::Llama3_8b => {
+        Shape::Llama3_8b | Shape::Qwen3Moe30bA3b => {
             matrix(
                 &mut w,
                 "token_embd.weight",
@@ -280,9 +317,27 @@ pub fn write(
         matrix(&mut w, &p("attn_v"), "attn_v", l, kv, d.n_embd);
         matrix(&mut w, &p("attn_output"), "attn_output", l, d.n_embd, q);
         ones(&mut w, &p("ffn_norm"), d.n_embd);
-        matrix(&mut w, &p("ffn_gate"), "ffn_gate", l, d.n_ff, d.n_embd);
-        matrix(&mut w, &p("ffn_up"), "ffn_up", l, d.n_ff, d.n_embd);
-        matrix(&mut w, &p("ffn_down"), "ffn_down", l, d.n_embd, d.n_ff);
+        match d.experts {
+            None => {
+                matrix(&mut w, &p("ffn_gate"), "ffn_gate", l, d.n_ff, d.n_embd);
+                matrix(&mut w, &p("ffn_up"), "ffn_up", l, d.n_ff, d.n_embd);
+                matrix(&mut w, &p("ffn_down"), "ffn_down", l, d.n_embd, d.n_ff);
+            }
+            Some((n, _, width)) => {
+                // The router stays f32, as llama.cpp's quantizer leaves it.
+                let router = random_rows(GgmlType::F32, n, d.n_embd, il as u64);
+                let dims = [d.n_embd as u64, n as u64];
+                w.add_tensor(&p("ffn_gate_inp"), &dims, GgmlType::F32, router);
+                let e = d.n_embd;
+                tensor(&mut w, &p("ffn_gate_exps"), "ffn_gate", l, (n, width, e));
+                tensor(&mut w, &p("ffn_up_exps"), "ffn_up", l, (n, width, e));
+                tensor(&mut w, &p("ffn_down_exps"), "ffn_down", l, (n, e, width));
+            }
+        }
+        if shape == Shape::Qwen3Moe30bA3b {
+            ones(&mut w, &p("attn_q_norm"), d.head_dim);
+            ones(&mut w, &p("attn_k_norm"), d.head_dim);
+        }
         if shape == Shape::Gemma3_4b {
             ones(&mut w, &p("attn_q_norm"), d.head_dim);
             ones(&mut w, &p("attn_k_norm"), d.head_dim);

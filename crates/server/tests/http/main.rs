@@ -4,6 +4,7 @@
 mod common;
 
 mod anthropic;
+mod architectures;
 mod auth;
 mod cancel;
 mod connections;
