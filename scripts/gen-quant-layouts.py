@@ -39,6 +39,15 @@ LAYOUTS = [
     ("IQ4_NL", T.IQ4_NL, 18, [0]),
     ("IQ4_XS", T.IQ4_XS, 136, [0]),
     ("MXFP4", T.MXFP4, 17, []),
+    ("IQ2_XXS", T.IQ2_XXS, 66, [0]),
+    ("IQ2_XS", T.IQ2_XS, 74, [0]),
+    ("IQ2_S", T.IQ2_S, 82, [0]),
+    ("IQ3_XXS", T.IQ3_XXS, 98, [0]),
+    ("IQ3_S", T.IQ3_S, 110, [0]),
+    ("IQ1_S", T.IQ1_S, 50, [0]),
+    ("IQ1_M", T.IQ1_M, 56, []),
+    ("TQ1_0", T.TQ1_0, 54, [52]),
+    ("TQ2_0", T.TQ2_0, 66, [64]),
 ]
 # Types whose first byte is an E8M0 exponent: kept in 100..156 (255 is NaN, the extremes
 # are not what a layout test is about).
@@ -75,6 +84,14 @@ def main():
                 if name in E8M0:
                     for b in blocks:
                         b[0] = rng.randrange(100, 157)
+                if name == "IQ1_M":
+                    # Its f16 scale lives in the top nibbles of the four scale words (bytes
+                    # 48..56): set them to a random sane f16.
+                    for b in blocks:
+                        bits = struct.unpack("<H", struct.pack("<e", rng.uniform(-1.0, 1.0)))[0]
+                        for i in range(4):
+                            hi = 48 + 2 * i + 1
+                            b[hi] = (b[hi] & 0x0F) | (((bits >> (4 * i)) & 0xF) << 4)
                 data = b"".join(bytes(b) for b in blocks)
                 if qtype is None:
                     values = q8_1(data)

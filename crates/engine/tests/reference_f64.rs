@@ -372,6 +372,10 @@ fn quantized_weights_track_the_f64_reference() {
         (Arch::Olmoe, GgmlType::Q8_0),
         (Arch::Gemma2, GgmlType::Q4_K),
         (Arch::Phi3, GgmlType::Q5_K),
+        (Arch::Qwen3Moe, GgmlType::IQ3_S),
+        (Arch::Llama, GgmlType::IQ2_XS),
+        (Arch::Qwen2, GgmlType::IQ1_M),
+        (Arch::Gemma3, GgmlType::TQ1_0),
     ] {
         let rel = compare(&SyntheticSpec::tiny(arch, 3).quantized(ty), 12);
         eprintln!("{arch:?} {ty:?}: max |Δlogit| / spread = {rel:.2e}");

@@ -36,7 +36,16 @@ impl ActKind {
             | GgmlType::Q8_1
             | GgmlType::IQ4_NL
             | GgmlType::IQ4_XS
-            | GgmlType::MXFP4 => ActKind::Q8x4,
+            | GgmlType::MXFP4
+            | GgmlType::IQ2_XXS
+            | GgmlType::IQ2_XS
+            | GgmlType::IQ2_S
+            | GgmlType::IQ3_XXS
+            | GgmlType::IQ3_S
+            | GgmlType::IQ1_S
+            | GgmlType::IQ1_M
+            | GgmlType::TQ1_0
+            | GgmlType::TQ2_0 => ActKind::Q8x4,
             _ => ActKind::Q8K,
         }
     }

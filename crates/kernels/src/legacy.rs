@@ -212,18 +212,24 @@ pub fn add_block_scalar<B: Legacy32>(
 /// `m` lanes as `(m0+m1)+(m2+m3)`.
 #[inline]
 pub fn finish<B: Legacy32>(acc: [f32; 8], accm: [f32; 4]) -> f32 {
+    let r = fold_lanes(acc);
+    if B::M != MTerm::Zero {
+        r + fold4(accm)
+    } else {
+        r
+    }
+}
+
+/// The eight lanes folded as `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`.
+#[inline]
+pub fn fold_lanes(acc: [f32; 8]) -> f32 {
     let t = [
         acc[0] + acc[4],
         acc[1] + acc[5],
         acc[2] + acc[6],
         acc[3] + acc[7],
     ];
-    let r = (t[0] + t[2]) + (t[1] + t[3]);
-    if B::M != MTerm::Zero {
-        r + fold4(accm)
-    } else {
-        r
-    }
+    (t[0] + t[2]) + (t[1] + t[3])
 }
 
 pub(crate) fn dot_legacy_scalar<B: Legacy32, const R: usize>(

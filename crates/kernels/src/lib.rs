@@ -24,6 +24,7 @@
 //! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates.
 //! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
 //!   `codebook`: IQ4_NL, IQ4_XS and MXFP4 (table lookups feeding the same kernels);
+//!   `iquants` (+ `iq_grids`): the lattice and ternary types IQ1_S … IQ3_S, TQ1_0, TQ2_0;
 //!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once);
 //!   `gemm16`: the same on AVX-512 (sixteen rows, 512-bit `vpdpbusd`).
 //! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`]; `kgemm`: the same formats for
@@ -103,6 +104,8 @@ mod float;
 mod gemm16;
 #[cfg(target_arch = "x86_64")]
 mod gemm8;
+mod iq_grids;
+mod iquants;
 #[cfg(target_arch = "x86_64")]
 mod kgemm;
 mod kquants;
@@ -136,6 +139,10 @@ pub use ferrox_gguf::GgmlType;
 pub use float::{
     axpy_f16_f32, axpy_f16_f32_isa, dot_f16_f32, dot_f16_f32_isa, dot_f32, dot_f32_isa,
     f32_to_f16_slice, f32_to_f16_slice_isa, Bf16Le, F16Le, F32Le,
+};
+pub use iquants::{
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockTq1_0,
+    BlockTq2_0,
 };
 pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, QK};
@@ -227,6 +234,42 @@ macro_rules! with_block {
                 type $B = BlockMxfp4;
                 $body
             }
+            GgmlType::IQ2_XXS => {
+                type $B = BlockIq2Xxs;
+                $body
+            }
+            GgmlType::IQ2_XS => {
+                type $B = BlockIq2Xs;
+                $body
+            }
+            GgmlType::IQ2_S => {
+                type $B = BlockIq2S;
+                $body
+            }
+            GgmlType::IQ3_XXS => {
+                type $B = BlockIq3Xxs;
+                $body
+            }
+            GgmlType::IQ3_S => {
+                type $B = BlockIq3S;
+                $body
+            }
+            GgmlType::IQ1_S => {
+                type $B = BlockIq1S;
+                $body
+            }
+            GgmlType::IQ1_M => {
+                type $B = BlockIq1M;
+                $body
+            }
+            GgmlType::TQ1_0 => {
+                type $B = BlockTq1_0;
+                $body
+            }
+            GgmlType::TQ2_0 => {
+                type $B = BlockTq2_0;
+                $body
+            }
             GgmlType::Q8_K => $q8k,
         }
     };
@@ -309,6 +352,11 @@ mod tests {
                 GgmlType::IQ4_NL | GgmlType::IQ4_XS => 4,
                 // E2M1's top gap is a third of its range's top: 8 → 12 (doubled).
                 GgmlType::Q3_K | GgmlType::MXFP4 => 3,
+                // A lattice's nearest point is farther than a uniform grid's step, and the
+                // 7-bit sign indices flip one sign in odd groups.
+                GgmlType::IQ3_XXS | GgmlType::IQ3_S => 1,
+                GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => 1,
+                GgmlType::IQ1_S | GgmlType::IQ1_M | GgmlType::TQ1_0 | GgmlType::TQ2_0 => 1,
                 GgmlType::Q2_K => 2,
             };
             let step = 2.0 / (1u32 << bits) as f32;

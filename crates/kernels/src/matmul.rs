@@ -152,6 +152,15 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
         // No f16 scale for the lane-major kernels: row-major only.
         GgmlType::MXFP4 => run::<BlockMxfp4>(isa, pool, w, x, n, out),
         GgmlType::IQ4_XS => run::<BlockIq4Xs>(isa, pool, w, x, n, out),
+        GgmlType::IQ2_XXS => run::<crate::iquants::BlockIq2Xxs>(isa, pool, w, x, n, out),
+        GgmlType::IQ2_XS => run::<crate::iquants::BlockIq2Xs>(isa, pool, w, x, n, out),
+        GgmlType::IQ2_S => run::<crate::iquants::BlockIq2S>(isa, pool, w, x, n, out),
+        GgmlType::IQ3_XXS => run::<crate::iquants::BlockIq3Xxs>(isa, pool, w, x, n, out),
+        GgmlType::IQ3_S => run::<crate::iquants::BlockIq3S>(isa, pool, w, x, n, out),
+        GgmlType::IQ1_S => run::<crate::iquants::BlockIq1S>(isa, pool, w, x, n, out),
+        GgmlType::IQ1_M => run::<crate::iquants::BlockIq1M>(isa, pool, w, x, n, out),
+        GgmlType::TQ1_0 => run::<crate::iquants::BlockTq1_0>(isa, pool, w, x, n, out),
+        GgmlType::TQ2_0 => run::<crate::iquants::BlockTq2_0>(isa, pool, w, x, n, out),
         GgmlType::Q8_K => panic!("q8_K is an activation format; no matmul with q8_K weights"),
     }
 }

@@ -38,6 +38,14 @@ fn roundtrip_tolerance(ty: GgmlType) -> f32 {
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => 0.14,
         // A power-of-two scale and E2M1's gaps: up to two of 12 steps, the scale up to 2x.
         GgmlType::MXFP4 => 0.34,
+        // Lattices of 1-3 bits a value and ternary values: coarse by design. The IQ2/IQ3
+        // lattices have no zero (a small value lands on the smallest point) and their 7-bit
+        // sign indices flip one sign in a group with an odd count of negatives, so one value
+        // may come back with the wrong sign; our quantizer makes valid blocks, not ggml's
+        // best ones. Layouts are checked exactly against gguf-py (`layouts.rs`).
+        GgmlType::IQ3_XXS | GgmlType::IQ3_S => 0.8,
+        GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => 0.8,
+        GgmlType::IQ1_S | GgmlType::IQ1_M | GgmlType::TQ1_0 | GgmlType::TQ2_0 => 0.8,
         GgmlType::Q3_K => 0.3,
         GgmlType::Q2_K => 0.5,
     }
@@ -238,6 +246,15 @@ fn extreme_blocks_match_scalar() {
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
         GgmlType::MXFP4,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
     ];
     for ty in types {
         for _ in 0..50 {
@@ -296,11 +313,23 @@ fn fix_scales(ty: GgmlType, bytes: &mut [u8]) {
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => &[0],
+        GgmlType::IQ3_XXS | GgmlType::IQ3_S | GgmlType::IQ1_S => &[0],
+        GgmlType::TQ1_0 => &[52],
+        GgmlType::TQ2_0 => &[64],
         _ => &[],
     };
     for block in bytes.chunks_exact_mut(bb) {
         if ty == GgmlType::MXFP4 {
             block[0] = 126; // the E8M0 exponent: a scale of 0.25 (255 would be NaN)
+        }
+        if ty == GgmlType::IQ1_M {
+            // The f16 scale is the top nibbles of the four scale words (bytes 48..56).
+            let bits = u16::from_le_bytes(half);
+            for i in 0..4 {
+                let hi = 48 + 2 * i + 1;
+                block[hi] = (block[hi] & 0x0F) | ((((bits >> (4 * i)) & 0xF) as u8) << 4);
+            }
         }
         for &o in offsets {
             block[o..o + 2].copy_from_slice(&half);

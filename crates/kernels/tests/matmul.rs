@@ -7,7 +7,7 @@ use ferrox_kernels::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const MATMUL_TYPES: [GgmlType; 17] = [
+const MATMUL_TYPES: [GgmlType; 26] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -25,6 +25,15 @@ const MATMUL_TYPES: [GgmlType; 17] = [
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
 ];
 
 fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
