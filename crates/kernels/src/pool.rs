@@ -7,13 +7,21 @@
 //! condvar, so a pool between requests costs no CPU.
 //!
 //! Protocol (all state is atomics, so a late worker can never read a half-written job):
-//! `state` packs a job generation (high 32 bits) and the next task index (low 32 bits).
-//! A thread claims task `i` of generation `g` with a compare-exchange from `(g, i)` to
-//! `(g, i+1)`, and only while `i < n_tasks`. The caller publishes the closure pointer and
-//! `n_tasks` before bumping the generation (release), runs tasks itself, then waits until
-//! `done == n_tasks`. Every claimed task has finished before `for_each` returns, and no claim
-//! can succeed after that (the generation's tasks are exhausted), so the closure outlives
-//! every call to it. Panics in tasks are caught, counted as done, and re-raised in the caller.
+//! `state` packs a job generation, the generation's task count and the next task index into
+//! one word. A thread claims task `i` of generation `g` with a compare-exchange from
+//! `(g, n, i)` to `(g, n, i+1)`, and only while `i < n`. The caller publishes the closure
+//! pointer before bumping the state to the next generation (release), runs tasks itself, then
+//! waits until `done == n`. Every claimed task has finished before `for_each` returns, and no
+//! claim can succeed after that (the generation's tasks are exhausted), so the closure
+//! outlives every call to it. Panics in tasks are caught, counted as done, and re-raised in
+//! the caller.
+//!
+//! Why the count lives in the state word: with the count in a separate atomic, a worker that
+//! read an exhausted `(g, i)` could then read the NEXT loop's larger count and closure (the
+//! caller stores them before bumping the generation), pass `i < n`, and claim on the old
+//! generation's word — running one task of the new loop twice and counting it done, so the
+//! caller could return while a task still ran on its stack (the rare SIGSEGV of session 11;
+//! `tests::tasks_never_run_twice_or_late` reproduced it). A claim now proves its count.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -28,11 +36,28 @@ const SPIN: Duration = Duration::from_micros(300);
 
 type TaskFn<'a> = dyn Fn(usize) + Sync + 'a;
 
+/// Bits of the task count and of the next task index in `state`; the generation takes the
+/// rest (24 bits, wrapping: a worker would have to sleep through 16M loops to be confused).
+const TASK_BITS: u32 = 20;
+const TASK_MASK: u64 = (1 << TASK_BITS) - 1;
+
+/// `state` of generation `gen` with `n` tasks, `next` of them handed out.
+fn pack(gen: u64, n: usize, next: usize) -> u64 {
+    (gen << (2 * TASK_BITS)) | ((n as u64) << TASK_BITS) | next as u64
+}
+
+/// `(generation, task count, next task)` of a `state` word.
+fn unpack(state: u64) -> (u64, usize, usize) {
+    (
+        state >> (2 * TASK_BITS),
+        ((state >> TASK_BITS) & TASK_MASK) as usize,
+        (state & TASK_MASK) as usize,
+    )
+}
+
 struct Shared {
-    /// generation << 32 | next task index.
+    /// generation | task count | next task index (see [`pack`]).
     state: AtomicU64,
-    /// Task count of the current generation.
-    n_tasks: AtomicUsize,
     /// Points at the caller's `&dyn Fn` (a fat reference living on the caller's stack).
     job: AtomicPtr<&'static TaskFn<'static>>,
     /// Tasks of the current generation finished (or panicked).
@@ -68,7 +93,6 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
-            n_tasks: AtomicUsize::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
             done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
@@ -110,7 +134,15 @@ impl ThreadPool {
             (0..n_tasks).for_each(f);
             return;
         }
-        assert!(n_tasks < u32::MAX as usize, "too many tasks for one loop");
+        if n_tasks > TASK_MASK as usize {
+            // More tasks than the state word counts: run them as consecutive loops.
+            let per = TASK_MASK as usize;
+            for start in (0..n_tasks).step_by(per) {
+                let m = per.min(n_tasks - start);
+                self.for_each(m, &|i| f(start + i));
+            }
+            return;
+        }
         let _serial = self.call_lock.lock().unwrap_or_else(|e| e.into_inner());
         IN_POOL.with(|c| c.set(true));
         let s = &*self.shared;
@@ -119,13 +151,12 @@ impl ThreadPool {
         // a task of this generation, and we do not return before all of them finished.
         let f_static: &'static TaskFn<'static> = unsafe { std::mem::transmute(f) };
         let job_ref: &&'static TaskFn<'static> = &f_static;
-        s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.job
             .store(job_ref as *const _ as *mut _, Ordering::Relaxed);
         s.done.store(0, Ordering::Relaxed);
         s.panicked.store(false, Ordering::Relaxed);
-        let gen = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xFFFF_FFFF;
-        s.state.store(gen << 32, Ordering::SeqCst);
+        let gen = (unpack(s.state.load(Ordering::Relaxed)).0 + 1) & 0xFF_FFFF;
+        s.state.store(pack(gen, n_tasks, 0), Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -160,12 +191,8 @@ impl ThreadPool {
 fn run_tasks(s: &Shared, gen: u64) {
     loop {
         let cur = s.state.load(Ordering::Acquire);
-        if cur >> 32 != gen {
-            return;
-        }
-        let idx = (cur & 0xFFFF_FFFF) as usize;
-        let n = s.n_tasks.load(Ordering::Acquire);
-        if idx >= n {
+        let (g, n, idx) = unpack(cur);
+        if g != gen || idx >= n {
             return;
         }
         let job = s.job.load(Ordering::Acquire);
@@ -177,8 +204,9 @@ fn run_tasks(s: &Shared, gen: u64) {
         }
         // SAFETY: we claimed task `idx` of generation `gen`, whose caller is blocked in
         // `for_each` until `done` counts this task, so the closure and the reference to it
-        // are alive. `job` and `n` were read after observing `gen` (acquire) and before the
-        // successful claim, so they belong to this generation.
+        // are alive. `job` was read after observing `(gen, n, idx)` with `idx < n` (acquire),
+        // while that generation still had an unclaimed task (so its caller had not returned
+        // and published another closure), and the claim succeeded on that very word.
         let f: &TaskFn<'_> = unsafe { *job };
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(idx))) {
             let mut slot = s.panic_payload.lock().unwrap_or_else(|e| e.into_inner());
@@ -209,7 +237,7 @@ fn wait_for_job(s: &Shared, seen: u64) -> Option<u64> {
         if s.shutdown.load(Ordering::Acquire) {
             return None;
         }
-        let gen = s.state.load(Ordering::Acquire) >> 32;
+        let gen = unpack(s.state.load(Ordering::Acquire)).0;
         if gen != seen {
             return Some(gen);
         }
@@ -225,7 +253,7 @@ fn wait_for_job(s: &Shared, seen: u64) -> Option<u64> {
         if s.shutdown.load(Ordering::SeqCst) {
             break None;
         }
-        let gen = s.state.load(Ordering::SeqCst) >> 32;
+        let gen = unpack(s.state.load(Ordering::SeqCst)).0;
         if gen != seen {
             break Some(gen);
         }
@@ -286,6 +314,38 @@ mod tests {
                 assert!(
                     hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
                     "threads={threads} n={n}"
+                );
+            }
+        }
+    }
+
+    /// A worker that read the old loop's state just before the caller published the next
+    /// loop must not claim a task of the new loop under the old generation (it used to: it
+    /// read the new task count and closure, then its claim on the exhausted old generation
+    /// succeeded, so one task ran twice and `done` ran ahead — the caller returned while a
+    /// task was still running on its stack). Each loop here checks that every task ran
+    /// exactly once and that no task runs after its loop returned.
+    #[test]
+    fn tasks_never_run_twice_or_late() {
+        let pool = ThreadPool::new(2);
+        let live = AtomicUsize::new(0);
+        for round in 0..300_000usize {
+            let n = [2, 3, 40][round % 3];
+            let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            live.store(round, Ordering::SeqCst);
+            pool.for_each(n, &|i| {
+                assert_eq!(
+                    live.load(Ordering::SeqCst),
+                    round,
+                    "a task of an old loop ran"
+                );
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            for (i, h) in hits.iter().enumerate() {
+                assert_eq!(
+                    h.load(Ordering::Relaxed),
+                    1,
+                    "round {round}: task {i} of {n}"
                 );
             }
         }
