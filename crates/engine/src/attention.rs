@@ -118,7 +118,7 @@ pub(crate) struct Query<'a> {
 
 /// Geometry of one attention call.
 #[derive(Clone, Copy)]
-pub(crate) struct AttnShape {
+pub(crate) struct AttnShape<'a> {
     pub layer: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -127,6 +127,9 @@ pub(crate) struct AttnShape {
     pub window: Option<usize>,
     /// Soft-cap the scores: `cap · tanh(s / cap)` (Gemma 2).
     pub softcap: Option<f32>,
+    /// Per query head, a logit that joins the softmax with no value (gpt-oss's sinks): the
+    /// online softmax starts from it (`max = sink`, `sum = 1`) instead of from nothing.
+    pub sinks: Option<&'a [f32]>,
 }
 
 struct OutPtr(*mut f32);
@@ -154,7 +157,7 @@ thread_local! {
 pub(crate) fn attend(
     pool: &ThreadPool,
     kv: &KvCache,
-    shape: AttnShape,
+    shape: AttnShape<'_>,
     queries: &[Query],
     q: &[f32],
     out: &mut [f32],
@@ -206,7 +209,7 @@ pub(crate) fn attend(
 /// What every task of one attention call reads, and where it writes.
 struct Job<'a> {
     kv: &'a KvCache,
-    shape: AttnShape,
+    shape: AttnShape<'a>,
     queries: &'a [Query<'a>],
     q: &'a [f32],
     out: &'a OutPtr,
@@ -229,7 +232,7 @@ fn tiles(queries: &[Query], tile: usize) -> Vec<std::ops::Range<usize>> {
     tiles
 }
 
-fn lowest_pos(shape: &AttnShape, pos: usize) -> usize {
+fn lowest_pos(shape: &AttnShape<'_>, pos: usize) -> usize {
     shape.window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
@@ -263,6 +266,12 @@ impl Job<'_> {
         s.max.resize(n_rows, f32::NEG_INFINITY);
         s.sum.clear();
         s.sum.resize(n_rows, 0.0);
+        if let Some(sinks) = shape.sinks {
+            for (row, (m, l)) in s.max.iter_mut().zip(s.sum.iter_mut()).enumerate() {
+                *m = sinks[g * group + row % group];
+                *l = 1.0;
+            }
+        }
         s.acc.clear();
         s.acc.resize(n_rows * hd, 0.0);
 

@@ -24,6 +24,10 @@ pub enum Arch {
     Olmoe,
     /// Phi-3 / Phi-4: Q/K/V fused in `attn_qkv`, gate and up fused in `ffn_up`.
     Phi3,
+    /// gpt-oss: attention sinks, biases everywhere, every other layer sliding, YaRN, and
+    /// every FFN routed (router bias, softmax over the chosen experts' logits, biased
+    /// experts with a clamped SwiGLU).
+    GptOss,
     /// An encoder (BERT family): bidirectional attention, learned positions, post-norm
     /// layers; it embeds and cannot generate (`encoder.rs`).
     Bert,
@@ -35,6 +39,7 @@ impl Arch {
             "gemma3" => Ok(Arch::Gemma3),
             "gemma2" => Ok(Arch::Gemma2),
             "phi3" => Ok(Arch::Phi3),
+            "gpt-oss" => Ok(Arch::GptOss),
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
@@ -50,6 +55,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma2 => "gemma2",
             Arch::Phi3 => "phi3",
+            Arch::GptOss => "gpt-oss",
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
@@ -74,7 +80,9 @@ impl Arch {
         match self {
             Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => Some(QkNorm::PerHead),
             Arch::Olmoe => Some(QkNorm::Whole),
-            Arch::Gemma2 | Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::Bert => None,
+            Arch::Gemma2 | Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::GptOss | Arch::Bert => {
+                None
+            }
         }
     }
 }
@@ -102,6 +110,41 @@ pub struct MoeConfig {
     pub norm_weights: bool,
     /// Multiplier on the weights (`{arch}.expert_weights_scale`; 1 when absent).
     pub weights_scale: f32,
+    /// How router logits become weights.
+    pub gating: Gating,
+    /// The experts' activation.
+    pub act: ExpertAct,
+}
+
+/// How an MoE router's logits become the chosen experts' weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Gating {
+    /// Softmax over every expert, then the largest `n_used` (renormalised if asked).
+    Softmax,
+    /// The largest `n_used` logits, then a softmax over those alone (gpt-oss).
+    SoftmaxOfChosen,
+}
+
+/// An expert's gated activation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExpertAct {
+    /// `silu(gate) * up`.
+    Silu,
+    /// gpt-oss's: `g * sigmoid(alpha * g) * (u + 1)` with `g = min(gate, limit)` and
+    /// `u = clamp(up, -limit, limit)`.
+    SwigluClamped { alpha: f32, limit: f32 },
+}
+
+/// YaRN's rotary scaling (llama.cpp's defaults: extrapolation mix 1, betas 32 and 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    /// The context the model was trained at before scaling (`rope.scaling.original_context_length`).
+    pub orig_ctx: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// What the rotations' cos and sin are multiplied by: `rope.scaling.attn_factor` (1) ×
+    /// (1 + 0.1 ln factor).
+    pub mscale: f32,
 }
 
 /// How rotary embeddings pair up dimensions.
@@ -142,8 +185,13 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// RoPE base for sliding-window layers (Gemma 3: 10000 unless the file says otherwise).
     pub rope_base_swa: f32,
-    /// Position multiplier for global layers (1 / linear rope scaling factor).
+    /// Position multiplier for global layers (1 / rope scaling factor, linear or YaRN).
     pub rope_freq_scale: f32,
+    /// The same for sliding-window layers (Gemma 3's are unscaled; Gemma 2's and gpt-oss's
+    /// share the global scale).
+    pub rope_freq_scale_swa: f32,
+    /// YaRN, when the file asks for it (`rope.scaling.type = yarn`).
+    pub yarn: Option<Yarn>,
     /// Sliding-window size in tokens; 0 = every layer is global.
     pub sliding_window: usize,
     /// With a window: every `swa_period`-th layer (il % period == period - 1) is global
@@ -189,7 +237,11 @@ impl ModelConfig {
         let n_layer = get_usize(f, &key("block_count"))?;
         let n_head = get_usize(f, &key("attention.head_count"))?;
         let n_head_kv = opt_usize(f, &key("attention.head_count_kv"))?.unwrap_or(n_head);
-        let n_ff = get_usize(f, &key("feed_forward_length"))?;
+        // gpt-oss has only its experts' width.
+        let n_ff = match arch {
+            Arch::GptOss => opt_usize(f, &key("feed_forward_length"))?.unwrap_or(0),
+            _ => get_usize(f, &key("feed_forward_length"))?,
+        };
         let context_length = get_usize(f, &key("context_length"))?;
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(bad(
@@ -235,14 +287,22 @@ impl ModelConfig {
             ));
         }
         let rope_base = opt_f32(f, &key("rope.freq_base"))?.unwrap_or(10000.0);
-        // Gemma 3's local layers default to base 10000; Gemma 2's share the global base.
+        // Gemma 3's local layers default to base 10000; Gemma 2's and gpt-oss's share the
+        // global base.
         let rope_base_swa = opt_f32(f, &key("rope.freq_base_swa"))?.unwrap_or(match arch {
-            Arch::Gemma2 => rope_base,
+            Arch::Gemma2 | Arch::GptOss => rope_base,
             _ => 10000.0,
         });
         let rope_freq_scale = match f.get(&key("rope.scaling.type")).and_then(Value::as_str) {
             None | Some("none") => 1.0,
             Some("linear") => {
+                let factor = opt_f32(f, &key("rope.scaling.factor"))?.unwrap_or(1.0);
+                if factor <= 0.0 {
+                    return Err(bad(&key("rope.scaling.factor"), "must be positive"));
+                }
+                1.0 / factor
+            }
+            Some("yarn") => {
                 let factor = opt_f32(f, &key("rope.scaling.factor"))?.unwrap_or(1.0);
                 if factor <= 0.0 {
                     return Err(bad(&key("rope.scaling.factor"), "must be positive"));
@@ -256,11 +316,31 @@ impl ModelConfig {
                 ))
             }
         };
+        let yarn = match f.get(&key("rope.scaling.type")).and_then(Value::as_str) {
+            Some("yarn") if rope_freq_scale != 1.0 => {
+                if opt_f32(f, &key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0) != 0.0 {
+                    return Err(bad(
+                        &key("rope.scaling.yarn_log_multiplier"),
+                        "YaRN's log multiplier (DeepSeek's mscale_all_dim) is unsupported",
+                    ));
+                }
+                let attn = opt_f32(f, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+                Some(Yarn {
+                    orig_ctx: opt_usize(f, &key("rope.scaling.original_context_length"))?
+                        .unwrap_or(context_length),
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    mscale: attn * (1.0 + 0.1 * (1.0 / rope_freq_scale).ln()),
+                })
+            }
+            _ => None,
+        };
         // Phi-3 files may name a window too; llama.cpp ignores it (every layer global), and so
         // do we, to compute what it computes.
         let sliding_window = match arch {
             Arch::Gemma3 => opt_usize(f, &key("attention.sliding_window"))?.unwrap_or(0),
             Arch::Gemma2 => opt_usize(f, &key("attention.sliding_window"))?.unwrap_or(4096),
+            Arch::GptOss => get_usize(f, &key("attention.sliding_window"))?,
             _ => 0,
         };
         let big_gemma =
@@ -272,7 +352,7 @@ impl ModelConfig {
         };
         let (rope_style, activation) = match arch {
             Arch::Gemma3 | Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh),
-            Arch::Phi3 => (RopeStyle::Neox, Activation::Silu),
+            Arch::Phi3 | Arch::GptOss => (RopeStyle::Neox, Activation::Silu),
             Arch::Llama => (RopeStyle::Interleaved, Activation::Silu),
             Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe => {
                 (RopeStyle::Neox, Activation::Silu)
@@ -303,7 +383,16 @@ impl ModelConfig {
             rope_base_swa,
             rope_freq_scale,
             sliding_window,
-            swa_period: if arch == Arch::Gemma2 { 2 } else { 6 },
+            swa_period: if matches!(arch, Arch::Gemma2 | Arch::GptOss) {
+                2
+            } else {
+                6
+            },
+            rope_freq_scale_swa: match arch {
+                Arch::Gemma2 | Arch::GptOss => rope_freq_scale,
+                _ => 1.0,
+            },
+            yarn,
             activation,
             scale_embeddings: arch.is_gemma(),
             attn_scale,
@@ -350,7 +439,7 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
     let a = arch.name();
     let key = |k: &str| format!("{a}.{k}");
     let n_expert = opt_usize(f, &key("expert_count"))?.unwrap_or(0);
-    let routed = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
+    let routed = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss);
     if n_expert == 0 {
         return if routed {
             Err(EngineError::MissingKey {
@@ -370,7 +459,7 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
     if n_used > n_expert {
         return Err(bad(&key("expert_used_count"), "exceeds expert_count"));
     }
-    if let Some(g) = opt_usize(f, &key("expert_gating_func"))? {
+    if let Some(g) = opt_usize(f, &key("expert_gating_func"))?.filter(|_| arch != Arch::GptOss) {
         if g != 1 {
             return Err(bad(
                 &key("expert_gating_func"),
@@ -393,10 +482,22 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
             Arch::Qwen3Moe => {
                 opt_usize(f, &key("expert_feed_forward_length"))?.unwrap_or(n_ff / n_used)
             }
+            Arch::GptOss => get_usize(f, &key("expert_feed_forward_length"))?,
             _ => n_ff,
         },
-        norm_weights: arch != Arch::Olmoe,
+        norm_weights: !matches!(arch, Arch::Olmoe | Arch::GptOss),
         weights_scale: opt_f32(f, &key("expert_weights_scale"))?.unwrap_or(1.0),
+        gating: match arch {
+            Arch::GptOss => Gating::SoftmaxOfChosen,
+            _ => Gating::Softmax,
+        },
+        act: match arch {
+            Arch::GptOss => ExpertAct::SwigluClamped {
+                alpha: 1.702,
+                limit: 7.0,
+            },
+            _ => ExpertAct::Silu,
+        },
     }))
 }
 

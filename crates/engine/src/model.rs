@@ -25,7 +25,10 @@ use crate::encoder::{Encoder, EncoderWeights};
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvShape, KvType, SeqChunk};
 use crate::moe::{moe_ffn, MoeScratch};
-use crate::ops::{par_rows, rms_norm, rms_norm_rows, rope_freqs, rope_table, rope_with, RopeTable};
+use crate::ops::{
+    par_rows, rms_norm, rms_norm_rows, rope_freqs, rope_freqs_yarn, rope_table, rope_with,
+    RopeTable,
+};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Ffn, LayerWeights, Matrix, Weights};
 
@@ -149,8 +152,12 @@ impl Model {
             }
             _ => None,
         };
-        let freqs_global = rope_freqs(config.head_dim, config.rope_base, config.rope_freq_scale);
-        let freqs_swa = rope_freqs(config.head_dim, config.rope_base_swa, 1.0);
+        let freqs = |base: f32, scale: f32| match &config.yarn {
+            Some(y) => rope_freqs_yarn(config.head_dim, base, scale, y),
+            None => rope_freqs(config.head_dim, base, scale),
+        };
+        let freqs_global = freqs(config.rope_base, config.rope_freq_scale);
+        let freqs_swa = freqs(config.rope_base_swa, config.rope_freq_scale_swa);
         Ok(Model {
             file: Arc::new(file),
             config,
@@ -360,8 +367,9 @@ impl Model {
         let s = guard.as_deref_mut().unwrap_or(&mut fresh);
         s.resize(cfg, n);
         let positions: Vec<usize> = queries.iter().map(|q| q.pos).collect();
-        rope_table(&mut s.rope_global, &positions, &self.freqs_global);
-        rope_table(&mut s.rope_swa, &positions, &self.freqs_swa);
+        let mscale = cfg.yarn.map_or(1.0, |y| y.mscale);
+        rope_table(&mut s.rope_global, &positions, &self.freqs_global, mscale);
+        rope_table(&mut s.rope_swa, &positions, &self.freqs_swa, mscale);
         self.embed(weights, &tokens, &mut s.x);
         for (il, lw) in weights.layers.iter().enumerate() {
             self.layer(il, lw, kv, &queries, s);
@@ -565,9 +573,11 @@ impl Model {
             head_dim: hd,
             window: sliding.then_some(cfg.sliding_window),
             softcap: cfg.attn_softcap,
+            sinks: lw.sinks.as_deref(),
         };
         attend(pool, kv, shape, queries, &s.q, &mut s.att);
         self.matmul(&lw.wo, &s.att, n, &mut s.o);
+        add_bias(&mut s.o, lw.bo.as_deref());
         residual(
             pool,
             &mut s.x,

@@ -20,7 +20,7 @@
 use ferrox_gguf::GgufFile;
 use ferrox_kernels::{matmul, matmul_acts, silu_mul, ActKind, Activations, ThreadPool};
 
-use crate::config::MoeConfig;
+use crate::config::{ExpertAct, Gating, MoeConfig};
 use crate::ops::par_rows;
 use crate::weights::MoeWeights;
 
@@ -43,14 +43,28 @@ pub(crate) struct MoeScratch {
 
 /// Picks a token's experts from its router logits: `(expert, weight)` in selection order.
 pub(crate) fn route(logits: &[f32], cfg: &MoeConfig, out: &mut Vec<(usize, f32)>) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut probs: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
-    let sum: f32 = probs.iter().sum();
-    probs.iter_mut().for_each(|p| *p /= sum);
+    let softmax = |xs: &mut [f32]| {
+        let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        xs.iter_mut().for_each(|x| *x = (*x - max).exp());
+        let sum: f32 = xs.iter().sum();
+        xs.iter_mut().for_each(|x| *x /= sum);
+    };
+    let mut probs = logits.to_vec();
+    if cfg.gating == Gating::Softmax {
+        softmax(&mut probs);
+    }
     let mut order: Vec<usize> = (0..probs.len()).collect();
     // Stable: equal probabilities keep the lower index first.
     order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
     let chosen = &order[..cfg.n_used];
+    if cfg.gating == Gating::SoftmaxOfChosen {
+        // The chosen logits' own softmax (monotonic, so the choice above is the same).
+        let mut w: Vec<f32> = chosen.iter().map(|&e| probs[e]).collect();
+        softmax(&mut w);
+        for (&e, w) in chosen.iter().zip(w) {
+            probs[e] = w;
+        }
+    }
     let mut scale = 1.0;
     if cfg.norm_weights {
         let total: f32 = chosen.iter().map(|&e| probs[e]).sum();
@@ -65,6 +79,26 @@ pub(crate) fn route(logits: &[f32], cfg: &MoeConfig, out: &mut Vec<(usize, f32)>
             w *= cfg.weights_scale;
         }
         out.push((e, w));
+    }
+}
+
+/// Adds row `e` of a bias table (rows of `width`) to every row of `x`, if there is a table.
+fn add_row_bias(x: &mut [f32], table: Option<&[f32]>, e: usize, width: usize) {
+    if let Some(t) = table {
+        let b = &t[e * width..(e + 1) * width];
+        for row in x.chunks_exact_mut(width) {
+            row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
+        }
+    }
+}
+
+/// gpt-oss's expert activation, in place over `g`: `x · σ(alpha·x) · (y + 1)` with
+/// `x = min(g, limit)`, `y = clamp(u, -limit, limit)` (llama.cpp's `swiglu_oai`).
+fn swiglu_clamped(g: &mut [f32], u: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in g.iter_mut().zip(u) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        *g = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
     }
 }
 
@@ -84,6 +118,7 @@ pub(crate) fn moe_ffn(
     let (n_expert, k, ff) = (cfg.n_expert, cfg.n_used, cfg.n_ff_exp);
     s.logits.resize(n * n_expert, 0.0);
     matmul(pool, &w.router.view(file), h, n, &mut s.logits);
+    add_row_bias(&mut s.logits, w.router_bias.as_deref(), 0, n_expert);
     s.routes.clear();
     for r in 0..n {
         route(
@@ -126,12 +161,20 @@ pub(crate) fn moe_ffn(
             matmul(pool, &gate, &s.xe, m, &mut s.gate);
             matmul(pool, &up, &s.xe, m, &mut s.up);
         }
+        add_row_bias(&mut s.gate, w.gate_bias.as_deref(), e, ff);
+        add_row_bias(&mut s.up, w.up_bias.as_deref(), e, ff);
         let upv = &s.up;
+        let act = cfg.act;
         par_rows(pool, &mut s.gate, ff, &|r, g| {
-            silu_mul(g, &upv[r * ff..(r + 1) * ff])
+            let u = &upv[r * ff..(r + 1) * ff];
+            match act {
+                ExpertAct::Silu => silu_mul(g, u),
+                ExpertAct::SwigluClamped { alpha, limit } => swiglu_clamped(g, u, alpha, limit),
+            }
         });
         s.down.resize(m * d, 0.0);
         matmul(pool, &down, &s.gate, m, &mut s.down);
+        add_row_bias(&mut s.down, w.down_bias.as_deref(), e, d);
         for (i, &(r, slot)) in rows.iter().enumerate() {
             let at = (r * k + slot) * d;
             s.y[at..at + d].copy_from_slice(&s.down[i * d..(i + 1) * d]);
@@ -162,6 +205,8 @@ mod tests {
             n_ff_exp: 8,
             norm_weights: norm,
             weights_scale: scale,
+            gating: Gating::Softmax,
+            act: ExpertAct::Silu,
         }
     }
 
@@ -184,5 +229,20 @@ mod tests {
         out.clear();
         route(&[1.0, 3.0, 3.0, 0.0], &cfg(1, true, 1.0), &mut out);
         assert_eq!(out, [(1, 1.0)]);
+
+        // gpt-oss: the chosen logits' own softmax.
+        out.clear();
+        let oss = MoeConfig {
+            gating: Gating::SoftmaxOfChosen,
+            ..cfg(2, false, 1.0)
+        };
+        route(&logits, &oss, &mut out);
+        let e: Vec<usize> = out.iter().map(|p| p.0).collect();
+        assert_eq!(e, [1, 3]);
+        let w1 = 1.0 / (1.0 + (-1.0f32).exp());
+        assert!(
+            (out[0].1 - w1).abs() < 1e-6 && (out[1].1 - (1.0 - w1)).abs() < 1e-6,
+            "{out:?}"
+        );
     }
 }

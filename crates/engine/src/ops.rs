@@ -7,7 +7,7 @@
 
 use ferrox_kernels::ThreadPool;
 
-use crate::config::RopeStyle;
+use crate::config::{RopeStyle, Yarn};
 
 /// Rows from which [`par_rows`] hands the work to the pool (below, one thread does it: a
 /// decode step's few rows cost less than waking the pool).
@@ -76,6 +76,29 @@ pub fn rope_freqs(head_dim: usize, base: f32, freq_scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// YaRN's frequencies (llama.cpp's `rope_yarn` with its default extrapolation mix of 1):
+/// each pair's angle blends the scaled angle (`freq_scale ·`, interpolation) with the
+/// unscaled one (extrapolation) by a ramp that is 1 for the fast-rotating pairs below the
+/// dimension where a pair turns `beta_fast` times over the original context, and 0 above the
+/// one where it turns `beta_slow` times. Angles are linear in the position, so the blend is a
+/// per-pair frequency; YaRN's magnitude factor is [`Yarn::mscale`], applied by
+/// [`rope_table`].
+pub fn rope_freqs_yarn(head_dim: usize, base: f32, freq_scale: f32, y: &Yarn) -> Vec<f32> {
+    let n = head_dim as f32;
+    let turns_at = |beta: f32| {
+        n * (y.orig_ctx as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    let low = turns_at(y.beta_fast).floor().max(0.0);
+    let high = turns_at(y.beta_slow).ceil().min(n - 1.0);
+    (0..head_dim / 2)
+        .map(|i| {
+            let extrapolated = base.powf(-2.0 * i as f32 / n);
+            let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+            extrapolated * (freq_scale * (1.0 - ramp) + ramp)
+        })
+        .collect()
+}
+
 /// The RoPE rotations of one step: for each query row, `cos` and `sin` of `pos · freq` for
 /// every frequency. A step computes them once per row and frequency set and every head of
 /// every layer of that kind reuses them (Gemma 3 270M: 18 layers × 5 heads per token, so
@@ -95,14 +118,19 @@ impl RopeTable {
     }
 }
 
-/// Fills `table` for rows at `positions` with `freqs` from [`rope_freqs`].
-pub fn rope_table(table: &mut RopeTable, positions: &[usize], freqs: &[f32]) {
+/// Fills `table` for rows at `positions` with `freqs` from [`rope_freqs`] (or
+/// [`rope_freqs_yarn`]), cos and sin multiplied by `mscale` (1 but for YaRN).
+pub fn rope_table(table: &mut RopeTable, positions: &[usize], freqs: &[f32], mscale: f32) {
     table.half = freqs.len();
     table.cs.resize(2 * positions.len() * freqs.len(), 0.0);
     for (row, &pos) in table.cs.chunks_exact_mut(2 * freqs.len()).zip(positions) {
         let (cos, sin) = row.split_at_mut(freqs.len());
         for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(freqs) {
             (*s, *c) = (pos as f32 * f).sin_cos();
+            if mscale != 1.0 {
+                *s *= mscale;
+                *c *= mscale;
+            }
         }
     }
 }
@@ -128,7 +156,7 @@ mod tests {
 
     fn rope(x: &mut [f32], pos: usize, freqs: &[f32], style: RopeStyle) {
         let mut table = RopeTable::default();
-        rope_table(&mut table, &[pos], freqs);
+        rope_table(&mut table, &[pos], freqs, 1.0);
         let (cos, sin) = table.row(0);
         rope_with(x, cos, sin, style);
     }

@@ -64,12 +64,18 @@ impl SyntheticSpec {
     /// sliding window on 5 of 6 layers, Qwen 2 biases, an untied head for Llama and OLMoE,
     /// eight experts of which two run for the MoE families).
     pub fn tiny(arch: Arch, seed: u64) -> SyntheticSpec {
-        let moe = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe);
+        let moe = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss);
+        // Gemma 3's window pattern needs six layers to show, gpt-oss's alternation four.
+        let layers = match arch {
+            a if a.is_gemma() => 6,
+            Arch::GptOss => 4,
+            _ => 2,
+        };
         SyntheticSpec {
             arch,
             n_vocab: 320,
             n_embd: 64,
-            n_layer: if arch.is_gemma() { 6 } else { 2 },
+            n_layer: layers,
             n_head: 4,
             // An encoder and OLMoE have as many K/V heads as queries.
             n_head_kv: if matches!(arch, Arch::Bert | Arch::Olmoe) {
@@ -80,9 +86,13 @@ impl SyntheticSpec {
             head_dim: 16,
             n_ff: 96,
             context_length: 256,
-            sliding_window: if arch.is_gemma() { 8 } else { 0 },
-            untied_output: matches!(arch, Arch::Llama | Arch::Olmoe | Arch::Phi3),
-            qkv_bias: arch == Arch::Qwen2,
+            sliding_window: if arch.is_gemma() || arch == Arch::GptOss {
+                8
+            } else {
+                0
+            },
+            untied_output: matches!(arch, Arch::Llama | Arch::Olmoe | Arch::Phi3 | Arch::GptOss),
+            qkv_bias: matches!(arch, Arch::Qwen2 | Arch::GptOss),
             weight_type: GgmlType::F32,
             n_expert: if moe { 8 } else { 0 },
             n_expert_used: if moe { 2 } else { 0 },
@@ -123,7 +133,11 @@ impl SyntheticSpec {
         let mut s = SyntheticSpec::tiny(arch, 20261202);
         s.n_vocab = 512;
         s.n_embd = 128;
-        s.n_layer = if arch.is_gemma() { 6 } else { 3 };
+        s.n_layer = match arch {
+            a if a.is_gemma() => 6,
+            Arch::GptOss => 4,
+            _ => 3,
+        };
         s.n_head = 4;
         s.n_head_kv = if arch == Arch::Olmoe { 4 } else { 2 };
         s.head_dim = 32;
@@ -152,6 +166,7 @@ impl SyntheticSpec {
             ("qwen3moe", SyntheticSpec::parity(Arch::Qwen3Moe, false)),
             ("olmoe", SyntheticSpec::parity(Arch::Olmoe, false)),
             ("mixtral", SyntheticSpec::parity(Arch::Llama, true)),
+            ("gpt-oss", SyntheticSpec::parity(Arch::GptOss, false)),
         ]
     }
 
@@ -283,7 +298,21 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         &format!("{a}.attention.layer_norm_rms_epsilon"),
         Value::F32(1e-6),
     );
-    w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    if s.arch == Arch::GptOss {
+        // gpt-oss's own: base 150000 and YaRN ×32 over a 4096-token original context.
+        w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(150000.0));
+        w.add_metadata(
+            &format!("{a}.rope.scaling.type"),
+            Value::String("yarn".into()),
+        );
+        w.add_metadata(&format!("{a}.rope.scaling.factor"), Value::F32(32.0));
+        w.add_metadata(
+            &format!("{a}.rope.scaling.original_context_length"),
+            u32v(4096),
+        );
+    } else {
+        w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    }
     if s.arch == Arch::Gemma2 {
         // Caps low enough to bite on a random model's scores and logits (the defaults, 50
         // and 30, would leave them almost untouched and untested).
@@ -293,7 +322,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     if s.n_expert > 0 {
         w.add_metadata(&format!("{a}.expert_count"), u32v(s.n_expert));
         w.add_metadata(&format!("{a}.expert_used_count"), u32v(s.n_expert_used));
-        if s.arch == Arch::Qwen3Moe {
+        if matches!(s.arch, Arch::Qwen3Moe | Arch::GptOss) {
             w.add_metadata(&format!("{a}.expert_feed_forward_length"), u32v(s.n_ff_exp));
         }
     }
@@ -357,6 +386,16 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         let bytes = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
         w.add_tensor(name, &[n as u64], GgmlType::F32, bytes);
     };
+    // Biases and gpt-oss's sinks: small values of either sign, from their own stream (the
+    // other tensors of the older families keep their values).
+    let mut rng3 = StdRng::seed_from_u64(s.seed ^ 0xb1a5);
+    let mut bias = |w: &mut GgufWriter, name: &str, dims: &[u64]| {
+        let n = dims.iter().product::<u64>() as usize;
+        let vals: Vec<f32> = (0..n).map(|_| rng3.gen_range(-0.5..0.5)).collect();
+        let bytes = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(name, dims, GgmlType::F32, bytes);
+    };
+    let oss = s.arch == Arch::GptOss;
     // The embedding is scaled up so residual-stream magnitudes look like a real model's.
     tensor(&mut w, "token_embd.weight", 1, s.n_vocab, d, wt);
     if s.untied_output {
@@ -393,13 +432,27 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             None => {}
         }
         tensor(&mut w, &p("attn_output.weight"), 1, d, q, wt);
-        vector(&mut w, &p("ffn_norm.weight"), d, 1.0);
+        if oss {
+            bias(&mut w, &p("attn_output.bias"), &[d as u64]);
+            // Sinks near 6: above most scores, so they take a real share.
+            vector(&mut w, &p("attn_sinks.weight"), s.n_head, 6.0);
+            // gpt-oss's pre-FFN norm goes by this name.
+            vector(&mut w, &p("post_attention_norm.weight"), d, 1.0);
+        } else {
+            vector(&mut w, &p("ffn_norm.weight"), d, 1.0);
+        }
         if s.n_expert > 0 {
             let (ne, fe) = (s.n_expert, s.n_ff_exp);
             tensor(&mut w, &p("ffn_gate_inp.weight"), 1, ne, d, GgmlType::F32);
             tensor(&mut w, &p("ffn_gate_exps.weight"), ne, fe, d, wt);
             tensor(&mut w, &p("ffn_up_exps.weight"), ne, fe, d, wt);
             tensor(&mut w, &p("ffn_down_exps.weight"), ne, d, fe, wt);
+            if oss {
+                bias(&mut w, &p("ffn_gate_inp.bias"), &[ne as u64]);
+                bias(&mut w, &p("ffn_gate_exps.bias"), &[fe as u64, ne as u64]);
+                bias(&mut w, &p("ffn_up_exps.bias"), &[fe as u64, ne as u64]);
+                bias(&mut w, &p("ffn_down_exps.bias"), &[d as u64, ne as u64]);
+            }
         } else if fused {
             tensor(&mut w, &p("ffn_up.weight"), 1, 2 * ff, d, wt);
             tensor(&mut w, &p("ffn_down.weight"), 1, d, ff, wt);

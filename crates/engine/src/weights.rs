@@ -6,7 +6,7 @@
 use ferrox_gguf::{GgmlType, GgufFile, TensorInfo};
 use ferrox_kernels::QMatrix;
 
-use crate::config::{ModelConfig, QkNorm};
+use crate::config::{Arch, ModelConfig, QkNorm};
 use crate::error::EngineError;
 
 /// A weight matrix living in the file: `rows` outputs of `cols` inputs each.
@@ -69,6 +69,11 @@ pub struct LayerWeights {
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub wo: Matrix,
+    /// Output projection bias (gpt-oss).
+    pub bo: Option<Vec<f32>>,
+    /// A learned logit per query head that joins every softmax and takes no value (gpt-oss's
+    /// attention sinks).
+    pub sinks: Option<Vec<f32>>,
     /// Norm of the attention output before the residual add (Gemma).
     pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
@@ -93,8 +98,13 @@ pub enum Ffn {
 /// A mixture-of-experts layer's tensors.
 #[derive(Debug)]
 pub struct MoeWeights {
-    /// Router: `n_expert` logits per token.
+    /// Router: `n_expert` logits per token, plus a bias (gpt-oss).
     pub router: Matrix,
+    pub router_bias: Option<Vec<f32>>,
+    /// Per-expert biases after each matrix (gpt-oss): expert `e`'s are rows `e` of these.
+    pub gate_bias: Option<Vec<f32>>,
+    pub up_bias: Option<Vec<f32>>,
+    pub down_bias: Option<Vec<f32>>,
     /// Expert `e`'s gate, up and down matrices are `.expert(e)` of these.
     pub gate: Experts,
     pub up: Experts,
@@ -201,8 +211,17 @@ impl Weights {
                 q_norm: qk_norm("attn_q_norm.weight", q)?,
                 k_norm: qk_norm("attn_k_norm.weight", kv)?,
                 wo: matrix(f, &p("attn_output.weight"), d, q)?,
+                bo: opt_vec(p("attn_output.bias"), d)?,
+                sinks: match cfg.arch {
+                    Arch::GptOss => Some(vector(f, &p("attn_sinks.weight"), cfg.n_head)?),
+                    _ => None,
+                },
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
-                ffn_norm: vector(f, &p("ffn_norm.weight"), d)?,
+                // gpt-oss names its pre-FFN norm `post_attention_norm`.
+                ffn_norm: match cfg.arch {
+                    Arch::GptOss => vector(f, &p("post_attention_norm.weight"), d)?,
+                    _ => vector(f, &p("ffn_norm.weight"), d)?,
+                },
                 ffn: match &cfg.moe {
                     // Gate and up: two tensors, or one `ffn_up` of both (Phi-3: gate rows first).
                     None if f.tensor(&p("ffn_gate.weight")).is_none() => {
@@ -220,6 +239,10 @@ impl Weights {
                     },
                     Some(m) => Ffn::Moe(MoeWeights {
                         router: matrix(f, &p("ffn_gate_inp.weight"), m.n_expert, d)?,
+                        router_bias: opt_vec(p("ffn_gate_inp.bias"), m.n_expert)?,
+                        gate_bias: opt_table(f, &p("ffn_gate_exps.bias"), m.n_expert, m.n_ff_exp)?,
+                        up_bias: opt_table(f, &p("ffn_up_exps.bias"), m.n_expert, m.n_ff_exp)?,
+                        down_bias: opt_table(f, &p("ffn_down_exps.bias"), m.n_expert, d)?,
                         gate: experts(f, &p("ffn_gate_exps.weight"), m.n_expert, m.n_ff_exp, d)?,
                         up: experts(f, &p("ffn_up_exps.weight"), m.n_expert, m.n_ff_exp, d)?,
                         down: experts(f, &p("ffn_down_exps.weight"), m.n_expert, d, m.n_ff_exp)?,
@@ -304,6 +327,30 @@ fn tensor(
         row_bytes: n_bytes / rows,
         first_row: 0,
     })
+}
+
+/// Reads an optional 2-D table of `rows` rows of `cols` values (GGUF dims `[cols, rows]`)
+/// into f32, row after row.
+fn opt_table(
+    f: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Option<Vec<f32>>, EngineError> {
+    let Some(t) = f.tensor(name) else {
+        return Ok(None);
+    };
+    let expected = vec![cols as u64, rows as u64];
+    if t.dims != expected {
+        return Err(EngineError::BadTensorShape {
+            name: name.into(),
+            expected,
+            found: t.dims.clone(),
+        });
+    }
+    let mut out = vec![0.0f32; rows * cols];
+    ferrox_kernels::dequantize_row(t.ty, f.tensor_data(t), &mut out);
+    Ok(Some(out))
 }
 
 /// Reads a 1-D tensor of `n` values (any float or quantized type) into f32.

@@ -169,6 +169,7 @@ fn synthetic_models_are_batch_and_chunk_invariant() {
         Arch::Qwen3,
         Arch::Qwen3Moe,
         Arch::Olmoe,
+        Arch::GptOss,
     ];
     for arch in arches {
         for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
