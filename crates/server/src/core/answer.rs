@@ -204,6 +204,7 @@ mod tests {
         assert_eq!((text.calls, text.text.as_str()), (None, "Sunny."));
         let thinking = Thinking {
             opened_by_prompt: false,
+            tags: reasoning::THINK,
         };
         let thought = Answer::read(
             "<think>hm</think>Sunny.",

@@ -10,19 +10,46 @@
 //! (leading whitespace aside). Text after `</think>` is the answer, its leading whitespace
 //! dropped. An answer cut off inside the block (`max_tokens`) is all reasoning.
 //!
+//! gpt-oss writes the same thing in OpenAI's harmony format: its reasoning is the
+//! `analysis` channel, `<|channel|>analysis<|message|>…`, and its answer the `final` channel
+//! after `<|start|>assistant<|channel|>final<|message|>` (the `<|end|>` between them is a
+//! control token and adds no text). An answer that goes straight to the final channel has
+//! no block; its `<|channel|>final<|message|>` marker is dropped. These are [`HARMONY`]'s
+//! tags; [`THINK`]'s are `<think>` and `</think>`.
+//!
 //! The split applies to chat answers without tools or a grammar (a constraint shapes the
 //! whole output, so there is no free-form block to split), and `--reasoning-format none`
 //! turns it off.
 
-/// The tags of a reasoning block.
-pub const OPEN: &str = "<think>";
-pub const CLOSE: &str = "</think>";
+/// How a family marks its reasoning block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tags {
+    pub open: &'static str,
+    pub close: &'static str,
+    /// What an answer without a block may begin with, dropped (harmony's final channel).
+    pub bare_answer: Option<&'static str>,
+}
+
+/// Qwen 3's, DeepSeek-R1's and their distills'.
+pub const THINK: Tags = Tags {
+    open: "<think>",
+    close: "</think>",
+    bare_answer: None,
+};
+
+/// gpt-oss's harmony channels.
+pub const HARMONY: Tags = Tags {
+    open: "<|channel|>analysis<|message|>",
+    close: "<|start|>assistant<|channel|>final<|message|>",
+    bare_answer: Some("<|channel|>final<|message|>"),
+};
 
 /// How a thinking model's answers begin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thinking {
     /// The template's prompt ends inside an open block.
     pub opened_by_prompt: bool,
+    pub tags: Tags,
 }
 
 /// A whole answer split: its reasoning (`None` if it had no block) and its answer.
@@ -71,6 +98,7 @@ pub struct Splitter {
     state: State,
     held: String,
     saw_block: bool,
+    tags: Tags,
 }
 
 impl Splitter {
@@ -84,6 +112,7 @@ impl Splitter {
             saw_block: t.opened_by_prompt,
             state,
             held: String::new(),
+            tags: t.tags,
         }
     }
 
@@ -93,27 +122,35 @@ impl Splitter {
         loop {
             match self.state {
                 State::Start => {
+                    let Tags {
+                        open, bare_answer, ..
+                    } = self.tags;
                     let lead = self.held.trim_start();
-                    if let Some(rest) = lead.strip_prefix(OPEN) {
+                    if let Some(rest) = lead.strip_prefix(open) {
                         self.held = rest.to_string();
                         self.state = State::Inside;
                         self.saw_block = true;
-                    } else if OPEN.starts_with(lead) {
+                    } else if let Some(rest) = bare_answer.and_then(|b| lead.strip_prefix(b)) {
+                        self.held = rest.to_string();
+                        self.state = State::Answer;
+                    } else if open.starts_with(lead)
+                        || bare_answer.is_some_and(|b| b.starts_with(lead))
+                    {
                         return out;
                     } else {
                         self.state = State::Answer;
                     }
                 }
-                State::Inside => match self.held.find(CLOSE) {
+                State::Inside => match self.held.find(self.tags.close) {
                     Some(at) => {
                         if at > 0 {
                             out.push(Part::Reasoning(self.held[..at].to_string()));
                         }
-                        self.held = self.held[at + CLOSE.len()..].to_string();
+                        self.held = self.held[at + self.tags.close.len()..].to_string();
                         self.state = State::Closed;
                     }
                     None => {
-                        let keep = partial_tag(&self.held, CLOSE);
+                        let keep = partial_tag(&self.held, self.tags.close);
                         let send = self.held.len() - keep;
                         if send > 0 {
                             out.push(Part::Reasoning(self.held[..send].to_string()));
@@ -173,10 +210,46 @@ mod tests {
 
     const OPENED: Thinking = Thinking {
         opened_by_prompt: true,
+        tags: THINK,
     };
     const CLOSED: Thinking = Thinking {
         opened_by_prompt: false,
+        tags: THINK,
     };
+    const HARMONY_ANSWER: Thinking = Thinking {
+        opened_by_prompt: false,
+        tags: HARMONY,
+    };
+
+    #[test]
+    fn harmony_channels_split_whole_and_streamed() {
+        let some = |s: &str| Some(s.to_string());
+        for (text, want) in [
+            (
+                "<|channel|>analysis<|message|>The user greets.<|start|>assistant<|channel|>final<|message|>Hello!",
+                (some("The user greets."), "Hello!"),
+            ),
+            ("<|channel|>final<|message|>Hi.", (None, "Hi.")),
+            (
+                "<|channel|>analysis<|message|>cut off",
+                (some("cut off"), ""),
+            ),
+            ("plain text", (None, "plain text")),
+        ] {
+            let (r, a) = split(text, HARMONY_ANSWER);
+            assert_eq!((r.clone(), a.as_str()), (want.0.clone(), want.1), "{text}");
+            // Byte by byte (at char boundaries) the pieces join to the same split.
+            let mut s = Splitter::new(HARMONY_ANSWER);
+            let mut parts = Vec::new();
+            for (i, c) in text.char_indices() {
+                parts.extend(s.push(&text[i..i + c.len_utf8()]));
+            }
+            parts.extend(s.finish());
+            let (sr, sa) = join(parts);
+            assert_eq!(sr.unwrap_or_default(), r.unwrap_or_default(), "{text}");
+            assert_eq!(sa, a, "{text}");
+        }
+    }
 
     #[test]
     fn whole_answers_split() {

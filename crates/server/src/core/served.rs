@@ -158,13 +158,18 @@ impl ServedModel {
     }
 }
 
-/// A template that writes `</think>` belongs to a thinking family; whether its prompt opens
-/// the block is seen by rendering a one-message conversation.
+/// A template that writes `</think>` belongs to a thinking family, one that writes harmony's
+/// analysis channel (gpt-oss) too; whether its prompt opens the block is seen by rendering a
+/// one-message conversation.
 fn thinking_of(model: &Model, template: &ChatTemplate) -> Option<Thinking> {
     let source = model.file().get("tokenizer.chat_template")?.as_str()?;
-    if !source.contains(reasoning::CLOSE) {
+    let tags = if source.contains(reasoning::THINK.close) {
+        reasoning::THINK
+    } else if source.contains("<|channel|>") && source.contains("analysis") {
+        reasoning::HARMONY
+    } else {
         return None;
-    }
+    };
     let prompt = template
         .render(
             &[ferrox_engine::template::ChatMessage::new("user", "x")],
@@ -172,6 +177,7 @@ fn thinking_of(model: &Model, template: &ChatTemplate) -> Option<Thinking> {
         )
         .ok()?;
     Some(Thinking {
-        opened_by_prompt: prompt.trim_end().ends_with(reasoning::OPEN),
+        opened_by_prompt: prompt.trim_end().ends_with(tags.open),
+        tags,
     })
 }

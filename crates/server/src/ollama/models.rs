@@ -227,7 +227,8 @@ fn capabilities(file: &GgufOrLoaded, template: &str, reasoning: bool) -> Vec<&'s
     if fim.pre.is_some() && fim.suf.is_some() && fim.mid.is_some() {
         caps.push("insert");
     }
-    if reasoning && template.contains(reasoning::CLOSE) {
+    let harmony = template.contains("<|channel|>") && template.contains("analysis");
+    if reasoning && (template.contains(reasoning::THINK.close) || harmony) {
         caps.push("thinking");
     }
     caps

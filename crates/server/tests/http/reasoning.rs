@@ -170,3 +170,41 @@ async fn off_or_with_tools_and_grammars_the_text_is_left_whole() {
         "{v}"
     );
 }
+
+/// gpt-oss's harmony format: a template that writes the analysis channel makes a thinking
+/// family with harmony's tags; one whose prompt ends inside that channel gives a model whose
+/// whole answer is reasoning, in every protocol's place for it.
+#[tokio::test]
+async fn harmony_analysis_channel_is_reasoning_on_every_protocol() {
+    const HARMONY_TEMPLATE: &str = "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>\
+{% endfor %}{% if add_generation_prompt %}<|start|>assistant<|channel|>analysis<|message|>{% endif %}";
+    let spec = SyntheticSpec {
+        chat_template: Some(HARMONY_TEMPLATE.into()),
+        ..tiny()
+    };
+    let s = TestServer::start(synthetic_state(
+        &spec,
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await;
+    let (_, raw) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "<|start|>user<|message|>Why is the sky blue?<|end|><|start|>assistant<|channel|>analysis<|message|>",
+                   "max_tokens": 10, "temperature": 0}),
+        )
+        .await;
+    let want = text_of(&raw);
+    assert!(!want.is_empty());
+    let body = json!({"messages": messages(), "max_tokens": 10, "temperature": 0});
+    let (status, v) = s.post("/v1/chat/completions", body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["reasoning_content"], want, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "", "{v}");
+    let mut anthropic = body.clone();
+    anthropic["model"] = json!("synthetic");
+    let (_, v) = s.post("/v1/messages", anthropic).await;
+    assert_eq!(v["content"][0]["type"], "thinking", "{v}");
+    assert_eq!(v["content"][0]["thinking"], want, "{v}");
+}
