@@ -22,6 +22,7 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<String> {
         PreTokenizer::Gpt2 => split_gpt2(&cpts, &flags, &whole),
         PreTokenizer::Llama3 => split_llama3(&cpts, &flags, &whole, 3),
         PreTokenizer::Qwen2 => split_llama3(&cpts, &flags, &whole, 1),
+        PreTokenizer::Gpt4o => split_gpt4o(&cpts, &flags, &whole),
         PreTokenizer::Starcoder => {
             let c = split_each(&flags, &whole, Flags::is_number);
             split_gpt2(&cpts, &flags, &c)
@@ -288,6 +289,116 @@ fn split_llama3(cpts: &[char], flags: &[Flags], chunks: &[usize], max_digits: us
     out
 }
 
+/// gpt-4o / o200k (gpt-oss), as llama.cpp states it:
+/// `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+/// where `U` is a letter that is not `a-z`, `L` a letter that is not `A-Z` (a non-ASCII
+/// letter is both) and `C` a contraction of either case. Leftmost-first, as a backtracking
+/// engine runs it: `U*` takes the longest run, then gives letters back until `L+` can start,
+/// so `HTMLParser` is one word and `helloWorld` two (`hello`, `World`); when no `L` can
+/// follow, the second alternative takes the upper-case run alone (`ABC`).
+fn split_gpt4o(cpts: &[char], flags: &[Flags], chunks: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(chunks.len());
+    for (ini, end) in ranges(chunks) {
+        let w = Window {
+            cpts,
+            flags,
+            ini,
+            end,
+        };
+        let upper = |p: usize| w.is_letter(p) && !w.cpt(p).is_some_and(|c| c.is_ascii_lowercase());
+        let lower = |p: usize| w.is_letter(p) && !w.cpt(p).is_some_and(|c| c.is_ascii_uppercase());
+        // The end of the letters part of a word starting at `p` (a letter), contraction included.
+        let letters = |p: usize| -> usize {
+            let mut u_end = p;
+            while upper(u_end) {
+                u_end += 1;
+            }
+            // `U*L+`: the longest `U*` after which an `L` starts.
+            let l_start = (p..=u_end).rev().find(|&k| lower(k));
+            let mut e = match l_start {
+                Some(k) => {
+                    let mut e = k;
+                    while lower(e) {
+                        e += 1;
+                    }
+                    e
+                }
+                // `U+L*`: no `L` after any prefix of the run, so `L*` is empty.
+                None => u_end,
+            };
+            if let Some(n) = contraction_len(&w, e, true) {
+                e += n;
+            }
+            e
+        };
+        let mut cuts = Cuts {
+            out: &mut out,
+            prev_end: ini,
+        };
+        let mut pos = ini;
+        while pos < end {
+            let cpt = cpts[pos];
+            let f = flags[pos];
+            // The optional prefix, then letters.
+            if f.is_letter() {
+                pos = letters(pos);
+                cuts.cut(pos);
+                continue;
+            }
+            if !(cpt == '\r' || cpt == '\n' || f.is_number()) && w.is_letter(pos + 1) {
+                pos = letters(pos + 1);
+                cuts.cut(pos);
+                continue;
+            }
+            // `\p{N}{1,3}`
+            if f.is_number() {
+                let mut n = 0;
+                while n < 3 && w.is_number(pos) {
+                    pos += 1;
+                    n += 1;
+                }
+                cuts.cut(pos);
+                continue;
+            }
+            // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+            let look = if cpt == ' ' { pos + 1 } else { pos };
+            if w.is_other(look) {
+                pos = look;
+                while w.is_other(pos) {
+                    pos += 1;
+                }
+                while matches!(w.cpt(pos), Some('\r' | '\n' | '/')) {
+                    pos += 1;
+                }
+                cuts.cut(pos);
+                continue;
+            }
+            let (n_ws, last_newline_end) = w.whitespace_run(pos);
+            // `\s*[\r\n]+`
+            if let Some(e) = last_newline_end {
+                pos = e;
+                cuts.cut(pos);
+                continue;
+            }
+            // `\s+(?!\S)`
+            if n_ws > 1 && pos + n_ws < end {
+                pos += n_ws - 1;
+                cuts.cut(pos);
+                continue;
+            }
+            // `\s+`
+            if n_ws > 0 {
+                pos += n_ws;
+                cuts.cut(pos);
+                continue;
+            }
+            pos += 1;
+            cuts.cut(pos);
+        }
+    }
+    out
+}
+
 /// The first regex of llama.cpp's default chain, `[\p{P}\$\+<=>\^~\|]+`, as evaluated over its
 /// collapsed text: ASCII punctuation and symbols except the backtick, plus non-ASCII
 /// punctuation that is not whitespace.
@@ -436,5 +547,62 @@ mod tests {
             words(PreTokenizer::Default, "Hi, you!! 1234567 `x`"),
             ["Hi", ",", " you", "!!", " ", "123", "456", "7", " `", "x", "`"]
         );
+    }
+
+    /// o200k as llama.cpp states its regex, against that very regex run by Python's `regex`
+    /// package (which has `\p{..}` classes and lookahead) on the same texts.
+    #[test]
+    fn gpt4o_matches_the_regex() {
+        let cases: [(&str, &[&str]); 19] = [
+            ("https://x.org/a", &["https", "://", "x", ".org", "/a"][..]),
+            (
+                "x = 1;\n// c\n",
+                &["x", " =", " ", "1", ";\n//", " c", "\n"][..],
+            ),
+            (
+                "Hello world's 12345",
+                &["Hello", " world's", " ", "123", "45"][..],
+            ),
+            (
+                "HTMLParser helloWorld ABC",
+                &["HTMLParser", " hello", "World", " ABC"][..],
+            ),
+            (
+                "I'M HERE, you're THERE's",
+                &["I'M", " HERE", ",", " you're", " THERE's"][..],
+            ),
+            ("a   b", &["a", "  ", " b"][..]),
+            ("a  \n\n  b", &["a", "  \n\n", " ", " b"][..]),
+            ("x   ", &["x", "   "][..]),
+            ("(hi)!\n\nok", &["(hi", ")!\n\n", "ok"][..]),
+            (" ?? x", &[" ??", " x"][..]),
+            ("\tword", &["\tword"][..]),
+            (
+                "path/to/file.rs\n",
+                &["path", "/to", "/file", ".rs", "\n"][..],
+            ),
+            (
+                "ÉCOLE école Straße ΑΘΗΝΑ",
+                &["É", "COLE", " école", " Straße", " ΑΘΗΝΑ"][..],
+            ),
+            ("中文字符 and 日本語", &["中文字符", " and", " 日本語"][..]),
+            ("emoji 😀👍 ok", &["emoji", " 😀👍", " ok"][..]),
+            (
+                "def f(x):\n    return x**2  # sq\n",
+                &[
+                    "def", " f", "(x", "):\n", "   ", " return", " x", "**", "2", " ", " #", " sq",
+                    "\n",
+                ][..],
+            ),
+            (
+                "1234567 3.14159",
+                &["123", "456", "7", " ", "3", ".", "141", "59"][..],
+            ),
+            ("don'T can'T", &["don'T", " can'T"][..]),
+            ("  \r\n\r\n  x", &["  \r\n\r\n", " ", " x"][..]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(words(PreTokenizer::Gpt4o, text), want, "{text:?}");
+        }
     }
 }

@@ -48,6 +48,9 @@ pub enum PreTokenizer {
     Starcoder,
     /// Falcon's chain: punctuation runs (backtick included), GPT-2's regex, digit triples.
     Falcon,
+    /// gpt-4o's o200k regex (`"gpt-4o"`, gpt-oss): words split at case changes, digits in
+    /// threes, `/` and newlines kept on punctuation runs.
+    Gpt4o,
 }
 
 /// The tokenizer-related GGUF metadata, already read into plain values.
@@ -249,6 +252,7 @@ fn pre_tokenizer_from_name(
         "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b"
         | "mellum2" => (PreTokenizer::Starcoder, false, false),
         "falcon" => (PreTokenizer::Falcon, false, false),
+        "gpt-4o" => (PreTokenizer::Gpt4o, false, false),
         other => {
             return Err(TokenizerError::UnsupportedPreTokenizer {
                 name: other.to_string(),
