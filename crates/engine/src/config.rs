@@ -24,6 +24,11 @@ pub enum Arch {
     Olmoe,
     /// Phi-3 / Phi-4: Q/K/V fused in `attn_qkv`, gate and up fused in `ffn_up`.
     Phi3,
+    /// IBM Granite 3: Llama's layout with multipliers on the embeddings, each block's output,
+    /// the attention scores and the logits.
+    Granite,
+    /// Granite's mixture of experts (softmax router, weights renormalised).
+    GraniteMoe,
     /// gpt-oss: attention sinks, biases everywhere, every other layer sliding, YaRN, and
     /// every FFN routed (router bias, softmax over the chosen experts' logits, biased
     /// experts with a clamped SwiGLU).
@@ -40,6 +45,8 @@ impl Arch {
             "gemma2" => Ok(Arch::Gemma2),
             "phi3" => Ok(Arch::Phi3),
             "gpt-oss" => Ok(Arch::GptOss),
+            "granite" => Ok(Arch::Granite),
+            "granitemoe" => Ok(Arch::GraniteMoe),
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
@@ -56,6 +63,8 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::Phi3 => "phi3",
             Arch::GptOss => "gpt-oss",
+            Arch::Granite => "granite",
+            Arch::GraniteMoe => "granitemoe",
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
@@ -80,9 +89,14 @@ impl Arch {
         match self {
             Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => Some(QkNorm::PerHead),
             Arch::Olmoe => Some(QkNorm::Whole),
-            Arch::Gemma2 | Arch::Llama | Arch::Qwen2 | Arch::Phi3 | Arch::GptOss | Arch::Bert => {
-                None
-            }
+            Arch::Gemma2
+            | Arch::Llama
+            | Arch::Qwen2
+            | Arch::Phi3
+            | Arch::GptOss
+            | Arch::Granite
+            | Arch::GraniteMoe
+            | Arch::Bert => None,
         }
     }
 }
@@ -200,6 +214,12 @@ pub struct ModelConfig {
     pub activation: Activation,
     /// Multiply token embeddings by sqrt(n_embd) (Gemma).
     pub scale_embeddings: bool,
+    /// Granite's multipliers: on the token embeddings (`embedding_scale`), on each block's
+    /// output before the residual add (`residual_scale`), and the logits divided by
+    /// `logit_scale`. `None` where the file sets none.
+    pub embedding_scale: Option<f32>,
+    pub residual_scale: Option<f32>,
+    pub logit_scale: Option<f32>,
     /// Scale applied to queries before Q·K (1/sqrt(head_dim) for every supported model but
     /// Gemma 3 27B, which uses 1/sqrt(n_embd / n_head)).
     pub attn_scale: f32,
@@ -345,7 +365,11 @@ impl ModelConfig {
         };
         let big_gemma =
             (arch == Arch::Gemma3 && n_layer == 62) || (arch == Arch::Gemma2 && n_layer == 46);
-        let attn_scale = if big_gemma {
+        // A file may set the score scale itself (Granite's `attention.scale`).
+        let attn_scale = if let Some(s) = opt_f32(f, &key("attention.scale"))?.filter(|&s| s != 0.0)
+        {
+            s
+        } else if big_gemma {
             1.0 / ((n_embd / n_head) as f32).sqrt()
         } else {
             1.0 / (head_dim as f32).sqrt()
@@ -353,7 +377,9 @@ impl ModelConfig {
         let (rope_style, activation) = match arch {
             Arch::Gemma3 | Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh),
             Arch::Phi3 | Arch::GptOss => (RopeStyle::Neox, Activation::Silu),
-            Arch::Llama => (RopeStyle::Interleaved, Activation::Silu),
+            Arch::Llama | Arch::Granite | Arch::GraniteMoe => {
+                (RopeStyle::Interleaved, Activation::Silu)
+            }
             Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe => {
                 (RopeStyle::Neox, Activation::Silu)
             }
@@ -395,6 +421,9 @@ impl ModelConfig {
             yarn,
             activation,
             scale_embeddings: arch.is_gemma(),
+            embedding_scale: opt_f32(f, &key("embedding_scale"))?.filter(|&s| s != 0.0),
+            residual_scale: opt_f32(f, &key("residual_scale"))?.filter(|&s| s != 0.0),
+            logit_scale: opt_f32(f, &key("logit_scale"))?.filter(|&s| s != 0.0),
             attn_scale,
             final_logit_softcap: match opt_f32(f, &key("final_logit_softcapping"))? {
                 None if arch == Arch::Gemma2 => Some(30.0),
@@ -439,7 +468,10 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
     let a = arch.name();
     let key = |k: &str| format!("{a}.{k}");
     let n_expert = opt_usize(f, &key("expert_count"))?.unwrap_or(0);
-    let routed = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss);
+    let routed = matches!(
+        arch,
+        Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
+    );
     if n_expert == 0 {
         return if routed {
             Err(EngineError::MissingKey {
@@ -467,11 +499,10 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
             ));
         }
     }
-    if opt_usize(f, &key("expert_shared_count"))?.unwrap_or(0) > 0 {
-        return Err(bad(
-            &key("expert_shared_count"),
-            "shared experts unsupported",
-        ));
+    for shared in ["expert_shared_count", "expert_shared_feed_forward_length"] {
+        if opt_usize(f, &key(shared))?.unwrap_or(0) > 0 {
+            return Err(bad(&key(shared), "shared experts unsupported"));
+        }
     }
     Ok(Some(MoeConfig {
         n_expert,

@@ -8,12 +8,14 @@ pub enum EngineError {
     Gguf(#[from] GgufError),
     #[error(
         "unsupported architecture `{0}` (supported: gemma3, gemma2, llama (with or without \
-         experts), qwen2, qwen3, qwen3moe, olmoe, phi3, bert)"
+         experts), qwen2, qwen3, qwen3moe, olmoe, phi3, gpt-oss, granite, granitemoe, bert)"
     )]
     UnsupportedArchitecture(String),
     /// A file that asks for something this engine does not compute.
     #[error("unsupported: {0}")]
     UnsupportedFeature(&'static str),
+    #[error("tensor `{name}`: {reason}")]
+    UnsupportedTensor { name: String, reason: &'static str },
     #[error("metadata key `{key}` is missing")]
     MissingKey { key: String },
     #[error("metadata key `{key}` has an invalid value: {reason}")]

@@ -401,6 +401,10 @@ impl Model {
             Some(head) => head.matmul(&self.pool, &last, n_out, logits),
             None => self.matmul(&weights.output, &last, n_out, logits),
         }
+        if let Some(k) = cfg.logit_scale {
+            let inv = 1.0 / k;
+            logits.iter_mut().for_each(|l| *l *= inv);
+        }
         if let Some(cap) = cfg.final_logit_softcap {
             for l in logits.iter_mut() {
                 *l = (*l / cap).tanh() * cap;
@@ -486,7 +490,7 @@ impl Model {
         let scale = if self.config.scale_embeddings {
             (d as f32).sqrt()
         } else {
-            1.0
+            self.config.embedding_scale.unwrap_or(1.0)
         };
         // With a tied head, read the rows from its repacked copy: the file's pages of the table
         // were released after the repack, and faulting them back in for scattered token ids
@@ -585,6 +589,7 @@ impl Model {
             d,
             lw.post_attn_norm.as_deref(),
             eps,
+            cfg.residual_scale,
         );
 
         // Feed-forward block.
@@ -617,6 +622,7 @@ impl Model {
             d,
             lw.post_ffn_norm.as_deref(),
             eps,
+            cfg.residual_scale,
         );
     }
 }
@@ -652,7 +658,9 @@ fn rope_heads(
 }
 
 /// `x += norm(o)`, row by row: the block's output, normed where the architecture has a post
-/// norm (Gemma), added to the residual stream.
+/// norm (Gemma), scaled where it has a residual multiplier (Granite), added to the residual
+/// stream.
+#[allow(clippy::too_many_arguments)]
 fn residual(
     pool: &ThreadPool,
     x: &mut [f32],
@@ -660,9 +668,13 @@ fn residual(
     d: usize,
     norm: Option<&[f32]>,
     eps: f32,
+    scale: Option<f32>,
 ) {
     if let Some(w) = norm {
         par_rows(pool, o, d, &|_, row| rms_norm(row, w, eps));
+    }
+    if let Some(k) = scale {
+        par_rows(pool, o, d, &|_, row| row.iter_mut().for_each(|v| *v *= k));
     }
     let o = &*o;
     par_rows(pool, x, d, &|r, row| {

@@ -64,7 +64,10 @@ impl SyntheticSpec {
     /// sliding window on 5 of 6 layers, Qwen 2 biases, an untied head for Llama and OLMoE,
     /// eight experts of which two run for the MoE families).
     pub fn tiny(arch: Arch, seed: u64) -> SyntheticSpec {
-        let moe = matches!(arch, Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss);
+        let moe = matches!(
+            arch,
+            Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
+        );
         // Gemma 3's window pattern needs six layers to show, gpt-oss's alternation four.
         let layers = match arch {
             a if a.is_gemma() => 6,
@@ -167,6 +170,8 @@ impl SyntheticSpec {
             ("olmoe", SyntheticSpec::parity(Arch::Olmoe, false)),
             ("mixtral", SyntheticSpec::parity(Arch::Llama, true)),
             ("gpt-oss", SyntheticSpec::parity(Arch::GptOss, false)),
+            ("granite", SyntheticSpec::parity(Arch::Granite, false)),
+            ("granitemoe", SyntheticSpec::parity(Arch::GraniteMoe, false)),
         ]
     }
 
@@ -312,6 +317,13 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         );
     } else {
         w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    }
+    if matches!(s.arch, Arch::Granite | Arch::GraniteMoe) {
+        // Granite's multipliers, away from 1 so that each one shows.
+        w.add_metadata(&format!("{a}.embedding_scale"), Value::F32(4.0));
+        w.add_metadata(&format!("{a}.residual_scale"), Value::F32(0.5));
+        w.add_metadata(&format!("{a}.logit_scale"), Value::F32(2.0));
+        w.add_metadata(&format!("{a}.attention.scale"), Value::F32(0.25));
     }
     if s.arch == Arch::Gemma2 {
         // Caps low enough to bite on a random model's scores and logits (the defaults, 50

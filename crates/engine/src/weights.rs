@@ -156,6 +156,17 @@ impl Weights {
         };
         let gemma = cfg.arch.is_gemma();
         let qk_norm = cfg.arch.qk_norm();
+        // Feed-forward biases exist in some Granite files; nothing here adds them, so refuse.
+        if let Some(t) = f.tensors().iter().find(|t| {
+            t.name.ends_with("ffn_up.bias")
+                || t.name.ends_with("ffn_gate.bias")
+                || t.name.ends_with("ffn_down.bias")
+        }) {
+            return Err(EngineError::UnsupportedTensor {
+                name: t.name.clone(),
+                reason: "feed-forward biases are unsupported",
+            });
+        }
         if f.tensor("rope_factors_long.weight").is_some() {
             return Err(EngineError::UnsupportedFeature(
                 "LongRoPE frequency factors (`rope_factors_long.weight`, 128k-context Phi-3)",

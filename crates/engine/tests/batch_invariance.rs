@@ -170,6 +170,8 @@ fn synthetic_models_are_batch_and_chunk_invariant() {
         Arch::Qwen3Moe,
         Arch::Olmoe,
         Arch::GptOss,
+        Arch::Granite,
+        Arch::GraniteMoe,
     ];
     for arch in arches {
         for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {

@@ -44,7 +44,9 @@ impl Ref<'_> {
         let d = x.len();
         for i in 0..d / 2 {
             let theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
-            let (a, b) = if self.c.arch == Arch::Llama {
+            // Llama's families pair adjacent dimensions (the converter permuted their Q/K).
+            let interleaved = matches!(self.c.arch, Arch::Llama | Arch::Granite | Arch::GraniteMoe);
+            let (a, b) = if interleaved {
                 (2 * i, 2 * i + 1)
             } else {
                 (i, i + d / 2)
@@ -93,7 +95,8 @@ impl Ref<'_> {
                 let y = Self::mv(&de[ex * d * ff..(ex + 1) * d * ff], &a);
                 o.iter_mut().zip(&y).for_each(|(o, y)| *o += wgt * y);
             }
-            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let k = self.c.residual_scale.unwrap_or(1.0) as f64;
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += k * b);
         }
     }
 
@@ -107,9 +110,12 @@ impl Ref<'_> {
             .iter()
             .map(|&t| {
                 let row = &emb[t as usize * d..(t as usize + 1) * d];
-                row.iter()
-                    .map(|v| if gemma { v * (d as f64).sqrt() } else { *v })
-                    .collect()
+                let k = if gemma {
+                    (d as f64).sqrt()
+                } else {
+                    c.embedding_scale.unwrap_or(1.0) as f64
+                };
+                row.iter().map(|v| v * k).collect()
             })
             .collect();
         for il in 0..c.n_layer {
@@ -176,7 +182,7 @@ impl Ref<'_> {
                 vs.push(v);
             }
             let group = c.n_head / c.n_head_kv;
-            let scale = 1.0 / (hd as f64).sqrt();
+            let scale = c.attn_scale as f64;
             let wo = self.w(&p("attn_output.weight"));
             for qi in 0..xs.len() {
                 let mut att = vec![0.0; c.n_head * hd];
@@ -214,7 +220,8 @@ impl Ref<'_> {
                 if let Some(w) = self.t(&p("post_attention_norm.weight")) {
                     o = self.rms(&o, &w);
                 }
-                xs[qi].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+                let k = c.residual_scale.unwrap_or(1.0) as f64;
+                xs[qi].iter_mut().zip(&o).for_each(|(a, b)| *a += k * b);
             }
             if let Some(m) = &c.moe {
                 self.moe_layer(il, m, &mut xs);
@@ -261,12 +268,16 @@ impl Ref<'_> {
                 if let Some(w) = self.t(&p("post_ffw_norm.weight")) {
                     o = self.rms(&o, &w);
                 }
-                x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+                let k = c.residual_scale.unwrap_or(1.0) as f64;
+                x.iter_mut().zip(&o).for_each(|(a, b)| *a += k * b);
             }
         }
         let last = self.rms(xs.last().unwrap(), &self.w("output_norm.weight"));
         let head = self.t("output.weight").unwrap_or(emb);
-        let logits = Self::mv(&head, &last);
+        let logits: Vec<f64> = Self::mv(&head, &last)
+            .into_iter()
+            .map(|l| l / c.logit_scale.unwrap_or(1.0) as f64)
+            .collect();
         match c.final_logit_softcap {
             Some(cap) => logits
                 .into_iter()
@@ -314,8 +325,10 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 8] = [
+const ARCHES: [Arch; 10] = [
     Arch::Gemma3,
+    Arch::Granite,
+    Arch::GraniteMoe,
     Arch::Gemma2,
     Arch::Phi3,
     Arch::Llama,
