@@ -263,7 +263,8 @@ fn unload_and_hot_swap_give_the_memory_back() {
     };
     // What is left after an unload: the base plus allocator slack, far under the model.
     let settled = |what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // Generous: under a loaded CI machine the worker that drops the model may run late.
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let now = rss(pid);
             if now < base + (big_bytes / 5) {
