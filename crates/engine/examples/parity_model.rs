@@ -11,7 +11,8 @@ fn main() {
         eprintln!("usage: parity_model NAME OUT.gguf");
         std::process::exit(2);
     };
-    let models = SyntheticSpec::parity_models();
+    let mut models = SyntheticSpec::parity_models();
+    models.push(("bert-reranker", SyntheticSpec::reranker()));
     let Some((_, spec)) = models.iter().find(|(n, _)| n == name) else {
         let names: Vec<&str> = models.iter().map(|(n, _)| *n).collect();
         eprintln!("unknown model {name}; one of {names:?}");

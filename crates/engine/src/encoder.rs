@@ -55,9 +55,17 @@ pub struct EncoderWeights {
     position_embd: Matrix,
     embd_norm: Norm,
     layers: Vec<Layer>,
+    /// A cross-encoder's classification head (a reranker): `cls` (d → d, then tanh) and
+    /// `cls.output` (d → labels), either or both, as llama.cpp's rank pooling applies them.
+    head: Option<(Option<Linear>, Option<Linear>)>,
 }
 
 impl EncoderWeights {
+    /// Whether the file has a classification head (a reranker).
+    pub fn has_head(&self) -> bool {
+        self.head.is_some()
+    }
+
     pub fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<EncoderWeights, EngineError> {
         let (d, ff) = (cfg.n_embd, cfg.n_ff);
         let norm = |name: &str| -> Result<Norm, EngineError> {
@@ -97,7 +105,26 @@ impl EncoderWeights {
                 out_norm: norm(&p("layer_output_norm"))?,
             });
         }
+        if f.tensor("cls.norm.weight").is_some() {
+            return Err(EngineError::UnsupportedTensor {
+                name: "cls.norm.weight".into(),
+                reason: "a normed classification head (ModernBERT's) is unsupported",
+            });
+        }
+        let dense = match f.tensor("cls.weight") {
+            Some(_) => Some(linear("cls", d, d)?),
+            None => None,
+        };
+        let out = match f.tensor("cls.output.weight") {
+            Some(t) => {
+                let labels = usize::try_from(t.rows()).unwrap_or(0);
+                Some(linear("cls.output", labels, d)?)
+            }
+            None => None,
+        };
+        let head = (dense.is_some() || out.is_some()).then_some((dense, out));
         Ok(EncoderWeights {
+            head,
             token_embd: matrix(f, "token_embd.weight", cfg.n_vocab, d)?,
             token_type0,
             position_embd: matrix(f, "position_embd.weight", cfg.context_length, d)?,
@@ -192,6 +219,24 @@ impl Encoder<'_> {
                 hidden.extend_from_slice(&x[at * d..(at + len) * d]);
             }
         }
+    }
+
+    /// A reranker's scores for one pooled (CLS) row: `cls.output · tanh(cls · x + b) + b'`
+    /// (either layer absent: skipped), one per label; `None` without a head.
+    pub fn classify(&self, pooled: &[f32]) -> Option<Vec<f32>> {
+        let (dense, out) = self.weights.head.as_ref()?;
+        let mut x = pooled.to_vec();
+        if let Some(l) = dense {
+            let mut y = vec![0.0; l.w.rows];
+            self.linear(l, &x, 1, &mut y);
+            x = y.into_iter().map(f32::tanh).collect();
+        }
+        if let Some(l) = out {
+            let mut y = vec![0.0; l.w.rows];
+            self.linear(l, &x, 1, &mut y);
+            x = y;
+        }
+        Some(x)
     }
 
     fn row_of(&self, m: &Matrix, i: usize, out: &mut [f32]) {

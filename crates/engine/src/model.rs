@@ -242,6 +242,26 @@ impl Model {
     /// chunks split at that many tokens, each piece returning the logit rows it holds): the same
     /// numbers, since a sequence's logits do not depend on how its prompt is chunked, and
     /// activation memory bounded by the sub-step instead of growing with the prompt.
+    /// Whether the model has a classification head (a reranker).
+    pub fn has_classifier(&self) -> bool {
+        matches!(&self.body, Body::Encoder(w) if w.has_head())
+    }
+
+    /// A reranker's scores for one row pooled at its first token (llama.cpp's rank pooling:
+    /// the classification head over the CLS row); `None` for a model without a head.
+    pub fn classify(&self, pooled: &[f32]) -> Option<Vec<f32>> {
+        match &self.body {
+            Body::Encoder(weights) => Encoder {
+                file: &self.file,
+                pool: &self.pool,
+                config: &self.config,
+                weights,
+            }
+            .classify(pooled),
+            Body::Decoder(_) => None,
+        }
+    }
+
     pub fn forward_multi_seq(
         &self,
         kv: &mut KvCache,

@@ -157,6 +157,19 @@ impl SyntheticSpec {
         s
     }
 
+    /// A BERT cross-encoder with a classification head (rank pooling): the reranker the
+    /// server's `/rerank` tests and its llama.cpp goldens use.
+    pub fn reranker() -> SyntheticSpec {
+        SyntheticSpec {
+            n_vocab: 512,
+            n_embd: 64,
+            n_ff: 128,
+            context_length: 128,
+            pooling_type: Some(4),
+            ..SyntheticSpec::tiny(Arch::Bert, 20261203)
+        }
+    }
+
     /// Every model the parity goldens cover, by the name their golden file carries.
     pub fn parity_models() -> Vec<(&'static str, SyntheticSpec)> {
         vec![
@@ -551,6 +564,13 @@ fn build_encoder(s: &SyntheticSpec) -> Vec<u8> {
         }
         norms.push(p("attn_output_norm"));
         norms.push(p("layer_output_norm"));
+    }
+    // A reranker (rank pooling) gets a classification head: `cls` (d -> d) and one label.
+    if s.pooling_type == Some(4) {
+        matrix("cls.weight".into(), d, d, &mut tensors);
+        biases.push(("cls.bias".into(), d));
+        matrix("cls.output.weight".into(), 1, d, &mut tensors);
+        biases.push(("cls.output.bias".into(), 1));
     }
     for (name, dims, vals) in tensors {
         let mut bytes = Vec::new();

@@ -289,3 +289,47 @@ fn wordpiece_splits_as_worked_out_by_hand() {
         "hello world"
     );
 }
+
+/// A cross-encoder's score (rank pooling): the classification head over the CLS row,
+/// `cls.output · tanh(cls · h + b) + b'`, against the float64 forward and head.
+#[test]
+fn a_reranker_head_matches_a_float64_score() {
+    for seed in [4, 5] {
+        let spec = SyntheticSpec {
+            pooling_type: Some(4),
+            ..spec(seed)
+        };
+        let bytes = build_gguf(&spec);
+        let model = Model::from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), 2).unwrap();
+        let cfg = model.config().clone();
+        let reference = Ref {
+            f: GgufFile::from_bytes(bytes).unwrap(),
+            d: cfg.n_embd,
+            heads: cfg.n_head,
+            layers: cfg.n_layer,
+        };
+        let ids: Vec<u32> = [2]
+            .into_iter()
+            .chain((0..20).map(|i| 5 + i * 7 % 17))
+            .collect();
+        let rows = encode(&model, &[&ids]);
+        let got = model.classify(&rows[..cfg.n_embd]).expect("a head");
+        let cls = &reference.forward(&ids)[0];
+        let dense: Vec<f64> = reference
+            .lin("cls", cls)
+            .into_iter()
+            .map(f64::tanh)
+            .collect();
+        let want = reference.lin("cls.output", &dense);
+        assert_eq!(got.len(), 1);
+        assert!(
+            (f64::from(got[0]) - want[0]).abs() < 1e-4,
+            "seed {seed}: {} against {}",
+            got[0],
+            want[0]
+        );
+    }
+    // A model without a head scores nothing.
+    let plain = Model::from_gguf(GgufFile::from_bytes(build_gguf(&spec(1))).unwrap(), 1).unwrap();
+    assert!(plain.classify(&vec![0.0; plain.config().n_embd]).is_none());
+}

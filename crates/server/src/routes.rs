@@ -85,7 +85,11 @@ pub fn app(state: AppState) -> Router {
         .route("/completions", post(llamacpp::completion::completion))
         .route("/infill", post(llamacpp::completion::infill))
         .route("/tokenize", post(tokenize::tokenize))
-        .route("/detokenize", post(tokenize::detokenize));
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/rerank", post(llamacpp::rerank::handle))
+        .route("/reranking", post(llamacpp::rerank::handle))
+        .route("/v1/rerank", post(llamacpp::rerank::handle))
+        .route("/v1/reranking", post(llamacpp::rerank::handle));
     let anthropic = Router::new()
         .route("/v1/messages", post(anthropic::messages::handle))
         .route(

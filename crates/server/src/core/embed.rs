@@ -39,7 +39,6 @@ pub async fn embed(g: &Arc<ServedModel>, inputs: Vec<Prompt>) -> Result<Vec<Embe
             ),
         ));
     };
-    let window = g.scheduler.limits().max_seqs.max(1);
     // Tokenized first, so that the window refills at once when an input finishes and the
     // scheduler always has a full set of rows to pack into its steps.
     let mut all = Vec::with_capacity(inputs.len());
@@ -55,6 +54,25 @@ pub async fn embed(g: &Arc<ServedModel>, inputs: Vec<Prompt>) -> Result<Vec<Embe
         }
         all.push(ids);
     }
+    let pooled = pool_rows(g, all, pooling).await?;
+    Ok(pooled
+        .into_iter()
+        .map(|(v, tokens)| Embedding {
+            vector: normalized(v),
+            tokens,
+        })
+        .collect())
+}
+
+/// Each token-id input pooled as `pooling` says, raw (not normalised), with its token count,
+/// in order: the scheduler's prefill-only rows, at most `max_seqs` in flight (see the module
+/// doc). Shared by embeddings and reranking.
+pub(crate) async fn pool_rows(
+    g: &Arc<ServedModel>,
+    all: Vec<Vec<u32>>,
+    pooling: ferrox_sched::Pooling,
+) -> Result<Vec<(Vec<f32>, usize)>, ApiError> {
+    let window = g.scheduler.limits().max_seqs.max(1);
     let mut in_flight = VecDeque::with_capacity(window);
     let mut out = Vec::with_capacity(all.len());
     for ids in all {
@@ -74,8 +92,10 @@ pub async fn embed(g: &Arc<ServedModel>, inputs: Vec<Prompt>) -> Result<Vec<Embe
     Ok(out)
 }
 
-/// Waits for one submitted input's vector.
-async fn finish((mut stream, tokens): (RequestStream, usize)) -> Result<Embedding, ApiError> {
+/// Waits for one submitted input's pooled row.
+async fn finish(
+    (mut stream, tokens): (RequestStream, usize),
+) -> Result<(Vec<f32>, usize), ApiError> {
     let completion = loop {
         match stream.recv().await {
             Some(Event::Done(c)) => break c,
@@ -84,7 +104,7 @@ async fn finish((mut stream, tokens): (RequestStream, usize)) -> Result<Embeddin
         }
     };
     let vector = match (completion.finish_reason, completion.embedding) {
-        (FinishReason::Stop, Some(v)) => normalized(v),
+        (FinishReason::Stop, Some(v)) => v,
         (FinishReason::Error(message), _) => return Err(ApiError::GenerationFailed { message }),
         (reason, _) => {
             return Err(ApiError::Internal {
@@ -92,7 +112,7 @@ async fn finish((mut stream, tokens): (RequestStream, usize)) -> Result<Embeddin
             })
         }
     };
-    Ok(Embedding { vector, tokens })
+    Ok((vector, tokens))
 }
 
 /// `v / |v|` (a zero vector stays zero).

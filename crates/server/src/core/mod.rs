@@ -34,6 +34,7 @@ pub mod grammar;
 pub mod ids;
 pub mod reasoning;
 pub mod request;
+pub mod rerank;
 pub mod schema_rules;
 pub mod served;
 pub mod stream;

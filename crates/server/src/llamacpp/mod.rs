@@ -1,10 +1,11 @@
 //! llama-server's native routes, in its shapes, so its scripts, tools and web UI work
 //! unchanged: `/completion` and `/infill` ([`completion`], parsed by [`parse`]),
-//! `/tokenize` and `/detokenize` ([`tokenize`]). Errors on them are llama-server's
+//! `/tokenize` and `/detokenize` ([`tokenize`]), `/rerank` and its aliases ([`rerank`]). Errors on them are llama-server's
 //! `{"error": {"code", "message", "type"}}` ([`error_body`]).
 
 pub mod completion;
 pub mod parse;
+pub mod rerank;
 pub mod tokenize;
 
 use axum::http::StatusCode;

@@ -17,6 +17,7 @@ mod llamacpp;
 mod models;
 mod ollama;
 mod reasoning;
+mod rerank;
 mod responses;
 mod routes;
 mod speculative;
