@@ -57,7 +57,7 @@ pub struct EncoderWeights {
     layers: Vec<Layer>,
     /// A cross-encoder's classification head (a reranker): `cls` (d → d, then tanh) and
     /// `cls.output` (d → labels), either or both, as llama.cpp's rank pooling applies them.
-    head: Option<(Option<Linear>, Option<Linear>)>,
+    head: Option<Box<(Option<Linear>, Option<Linear>)>>,
 }
 
 impl EncoderWeights {
@@ -122,7 +122,7 @@ impl EncoderWeights {
             }
             None => None,
         };
-        let head = (dense.is_some() || out.is_some()).then_some((dense, out));
+        let head = (dense.is_some() || out.is_some()).then(|| Box::new((dense, out)));
         Ok(EncoderWeights {
             head,
             token_embd: matrix(f, "token_embd.weight", cfg.n_vocab, d)?,
@@ -224,7 +224,7 @@ impl Encoder<'_> {
     /// A reranker's scores for one pooled (CLS) row: `cls.output · tanh(cls · x + b) + b'`
     /// (either layer absent: skipped), one per label; `None` without a head.
     pub fn classify(&self, pooled: &[f32]) -> Option<Vec<f32>> {
-        let (dense, out) = self.weights.head.as_ref()?;
+        let (dense, out) = self.weights.head.as_deref()?;
         let mut x = pooled.to_vec();
         if let Some(l) = dense {
             let mut y = vec![0.0; l.w.rows];
