@@ -426,6 +426,19 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_vars(messages, tools, add_generation_prompt, None)
+    }
+
+    /// [`Self::render_with_tools`] with the caller's own template variables (a JSON object:
+    /// vLLM's and llama-server's `chat_template_kwargs`, e.g. Qwen 3's `enable_thinking` or
+    /// gpt-oss's `reasoning_effort`). They cannot replace the variables set here.
+    pub fn render_with_vars(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        vars: Option<&serde_json::Value>,
+    ) -> Result<String, TemplateError> {
         let text = match &self.kind {
             Kind::Builtin(format) => format.render(messages, add_generation_prompt),
             Kind::Jinja(env) => {
@@ -441,6 +454,7 @@ impl ChatTemplate {
                     add_generation_prompt => add_generation_prompt,
                     bos_token => &self.bos_token,
                     eos_token => &self.eos_token,
+                    ..vars.map_or(Value::UNDEFINED, Value::from_serialize)
                 };
                 tmpl.render(ctx).map_err(render_error)?
             }

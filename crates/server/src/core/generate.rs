@@ -121,7 +121,13 @@ pub async fn generate(
             })??)
         }
     };
-    let prompt_ids = prompt_ids(&served, input, options.tools.clone()).await?;
+    let prompt_ids = prompt_ids_with(
+        &served,
+        input,
+        options.tools.clone(),
+        options.template_vars.clone(),
+    )
+    .await?;
     submit(&served, prompt_ids, options, chat, constraint)
 }
 
@@ -132,8 +138,18 @@ pub async fn prompt_ids(
     input: Input,
     tools: Option<Tools>,
 ) -> Result<Vec<u32>, ApiError> {
+    prompt_ids_with(served, input, tools, None).await
+}
+
+/// [`prompt_ids`] with template variables for a chat (`GenerationOptions::template_vars`).
+pub async fn prompt_ids_with(
+    served: &Arc<ServedModel>,
+    input: Input,
+    tools: Option<Tools>,
+    vars: Option<serde_json::Value>,
+) -> Result<Vec<u32>, ApiError> {
     let g = Arc::clone(served);
-    tokio::task::spawn_blocking(move || tokenize_input(&g, input, tools.as_ref()))
+    tokio::task::spawn_blocking(move || tokenize_input(&g, input, tools.as_ref(), vars.as_ref()))
         .await
         .map_err(|e| ApiError::Internal {
             message: format!("prompt preparation failed: {e}"),
@@ -145,6 +161,7 @@ fn tokenize_input(
     served: &ServedModel,
     input: Input,
     tools: Option<&Tools>,
+    vars: Option<&serde_json::Value>,
 ) -> Result<Vec<u32>, ApiError> {
     let tokenizer = served.model.tokenizer();
     let text = match input {
@@ -160,7 +177,7 @@ fn tokenize_input(
             return Ok(ids);
         }
         Input::Completion(Prompt::Text(text)) => text,
-        Input::Chat(messages) => render_chat(served, messages, tools)?,
+        Input::Chat(messages) => render_chat(served, messages, tools, vars)?,
     };
     let add_bos = tokenizer.add_bos_default();
     let mut ids = tokenizer.encode(&text, add_bos, true);
@@ -179,13 +196,14 @@ fn render_chat(
     served: &ServedModel,
     messages: Vec<ChatMessage>,
     tools: Option<&Tools>,
+    vars: Option<&serde_json::Value>,
 ) -> Result<String, ApiError> {
     let format = served.tool_format;
     let messages = prepare(messages, tools, format);
     let tools_json = tools.filter(|_| format.native()).map(Tools::template_json);
     served
         .template
-        .render_with_tools(&messages, tools_json.as_ref(), true)
+        .render_with_vars(&messages, tools_json.as_ref(), true, vars)
         .map_err(|e| match e {
             TemplateError::Raised { message } => ApiError::invalid("messages", message),
             TemplateError::Render { detail } => ApiError::invalid("messages", detail),

@@ -75,6 +75,9 @@ pub struct GenerationOptions {
     pub reuse_cached_prompt: bool,
     /// Speculative decoding for this request (`speculative` on every protocol).
     pub speculation: ferrox_sched::SpecParams,
+    /// Variables for the chat template besides the messages (`chat_template_kwargs`; Ollama's
+    /// `think` as `enable_thinking`), a JSON object.
+    pub template_vars: Option<serde_json::Value>,
     /// What the output must obey (a JSON schema, a grammar), compiled before submission.
     pub grammar: Option<GrammarRequest>,
     /// The tools a chat offers (unless there are none or the choice is `none`): the core
@@ -102,6 +105,7 @@ impl Default for GenerationOptions {
             cache_salt: None,
             reuse_cached_prompt: true,
             speculation: ferrox_sched::SpecParams::default(),
+            template_vars: None,
             grammar: None,
             tools: None,
         }

@@ -150,6 +150,22 @@ fn thinking(
         true => served.thinking_for(options.tools.is_some(), options.grammar.is_some()),
         false => None,
     };
+    let effort = options
+        .template_vars
+        .as_ref()
+        .is_some_and(|v| v.get("reasoning_effort").is_some());
+    let source = served
+        .model
+        .file()
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    if effort && !source.contains("reasoning_effort") {
+        return Err(ApiError::invalid(
+            "think",
+            format!("\"{model}\" has no thinking levels (its template reads no reasoning_effort); send true or false"),
+        ));
+    }
     match think {
         Some(true) if served.thinking.is_none() => Err(ApiError::invalid(
             "think",

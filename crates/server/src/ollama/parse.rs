@@ -270,21 +270,27 @@ fn common(f: &mut Fields) -> Result<GenerationOptions, ApiError> {
     })
 }
 
-/// `think` (`true`/`false`; a level is refused) and `logprobs` / `top_logprobs`.
+/// `think` and `logprobs` / `top_logprobs`. `think: true`/`false` also reaches the chat
+/// template as `enable_thinking` (Qwen 3's switch); a level (`"low"`, `"medium"`,
+/// `"high"`, gpt-oss's) as `reasoning_effort`, and counts as `think: true`.
 fn think_and_logprobs(
     f: &mut Fields,
     options: &mut GenerationOptions,
 ) -> Result<(Option<bool>, bool), ApiError> {
     let think = match f.take_raw("think") {
         None => None,
-        Some(Value::Bool(b)) => Some(b),
+        Some(Value::Bool(b)) => {
+            options.template_vars = Some(serde_json::json!({ "enable_thinking": b }));
+            Some(b)
+        }
+        Some(Value::String(level)) if matches!(level.as_str(), "low" | "medium" | "high") => {
+            options.template_vars = Some(serde_json::json!({ "reasoning_effort": level }));
+            Some(true)
+        }
         Some(Value::String(level)) => {
             return Err(ApiError::invalid(
                 "think",
-                format!(
-                    "thinking levels ({level:?}) are for gpt-oss models, which this server \
-                     does not serve yet; send true or false"
-                ),
+                format!("expected true, false, \"low\", \"medium\" or \"high\", got {level:?}"),
             ))
         }
         Some(other) => {
@@ -501,7 +507,7 @@ mod tests {
         };
         assert_eq!(param(json!({"model": "m", "context": [1, 2]})), "context");
         assert_eq!(param(json!({"model": "m", "images": ["aGk="]})), "images");
-        assert_eq!(param(json!({"model": "m", "think": "high"})), "think");
+        assert_eq!(param(json!({"model": "m", "think": "extreme"})), "think");
         assert_eq!(param(json!({"model": "m", "format": 3})), "format");
         assert_eq!(
             param(json!({"model": "m", "prompt": "a", "raw": true, "system": "s"})),

@@ -89,6 +89,7 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
         check_top_logprobs("top_logprobs", top)?;
     }
     options.logprobs = logprobs.then_some(top.unwrap_or(0));
+    options.template_vars = template_vars(&mut f)?;
     f.finish()?;
     options.tools = tools;
     Ok(ChatRequest {
@@ -96,6 +97,19 @@ pub fn parse_chat(body: Value) -> Result<ChatRequest, ApiError> {
         options,
         include_usage,
     })
+}
+
+/// vLLM's and llama-server's `chat_template_kwargs`: an object of variables for the chat
+/// template (Qwen 3's `enable_thinking`, gpt-oss's `reasoning_effort`, ...).
+fn template_vars(f: &mut Fields) -> Result<Option<Value>, ApiError> {
+    match f.take_raw("chat_template_kwargs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => Ok(Some(v)),
+        Some(other) => Err(ApiError::invalid(
+            "chat_template_kwargs",
+            format!("expected an object, got {}", kind(&other)),
+        )),
+    }
 }
 
 /// A `/v1/completions` body.

@@ -208,3 +208,81 @@ async fn harmony_analysis_channel_is_reasoning_on_every_protocol() {
     assert_eq!(v["content"][0]["type"], "thinking", "{v}");
     assert_eq!(v["content"][0]["thinking"], want, "{v}");
 }
+
+/// Qwen 3's thinking switch: `chat_template_kwargs` (OpenAI, as vLLM and llama-server take
+/// it) and Ollama's `think` reach the template as `enable_thinking`; a template that closes
+/// an empty block when it is false gives a longer prompt, exactly the rendered one.
+#[tokio::test]
+async fn the_thinking_switch_reaches_the_template() {
+    const SWITCH: &str = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}\
+{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
+    let spec = SyntheticSpec {
+        chat_template: Some(SWITCH.into()),
+        ..tiny()
+    };
+    let s = TestServer::start(synthetic_state(
+        &spec,
+        SchedulerConfig::default(),
+        ServerConfig::default(),
+    ))
+    .await;
+    let prompt_tokens = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
+    let ask = |vars: Value| {
+        let mut body = json!({"messages": messages(), "max_tokens": 2, "temperature": 0});
+        if !vars.is_null() {
+            body["chat_template_kwargs"] = vars;
+        }
+        body
+    };
+    let (_, plain) = s.post("/v1/chat/completions", ask(Value::Null)).await;
+    let (_, on) = s
+        .post(
+            "/v1/chat/completions",
+            ask(json!({"enable_thinking": true})),
+        )
+        .await;
+    let (status, off) = s
+        .post(
+            "/v1/chat/completions",
+            ask(json!({"enable_thinking": false})),
+        )
+        .await;
+    assert_eq!(status, 200, "{off}");
+    assert_eq!(prompt_tokens(&plain), prompt_tokens(&on));
+    // The rendered prompt with the closed block, counted as a raw completion counts it.
+    let (_, raw) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "<|user|>Why is the sky blue?\n<|assistant|><think>\n\n</think>\n\n",
+                   "max_tokens": 1}),
+        )
+        .await;
+    assert_eq!(prompt_tokens(&off), prompt_tokens(&raw), "{off}");
+    assert!(prompt_tokens(&off) > prompt_tokens(&plain));
+    let (status, v) = s
+        .post("/v1/chat/completions", ask(json!("enable_thinking")))
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "chat_template_kwargs");
+    // Ollama's `think: false` is the same switch.
+    let (_, o) = s
+        .post(
+            "/api/chat",
+            json!({"model": "synthetic", "messages": messages(), "stream": false, "think": false,
+                   "options": {"num_predict": 1}}),
+        )
+        .await;
+    assert_eq!(
+        o["prompt_eval_count"].as_u64(),
+        Some(prompt_tokens(&off)),
+        "{o}"
+    );
+    // A level needs a template with levels (gpt-oss's reasoning_effort).
+    let (status, v) = s
+        .post(
+            "/api/chat",
+            json!({"model": "synthetic", "messages": messages(), "stream": false, "think": "high"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+}
