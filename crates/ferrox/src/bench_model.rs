@@ -32,6 +32,11 @@ pub enum Shape {
     /// read per token. `--layers 12` writes a quarter of it (~4.6 GB at Q4_K_M).
     #[value(name = "qwen3moe-30b-a3b")]
     Qwen3Moe30bA3b,
+    /// gpt-oss-20b: d 2880, 24 layers, 64/8 heads x 64, 32 experts of width 2880 with 4 used
+    /// per token, biases, attention sinks, windows of 128 on every other layer, YaRN; use
+    /// `--quant mxfp4` (experts MXFP4, the rest Q8_0, as the published GGUF mixes them).
+    #[value(name = "gpt-oss-20b")]
+    GptOss20b,
 }
 
 /// llama.cpp's quantization presets this writer reproduces.
@@ -41,6 +46,9 @@ pub enum Preset {
     Q4KM,
     #[value(name = "q8_0")]
     Q8_0,
+    /// Experts in MXFP4, everything else Q8_0 (gpt-oss).
+    #[value(name = "mxfp4")]
+    Mxfp4,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -116,6 +124,18 @@ impl Shape {
                 context: 40960,
                 experts: Some((128, 8, 768)),
             },
+            Shape::GptOss20b => Dims {
+                arch: "gpt-oss",
+                name: "gpt-oss-20b",
+                n_embd: 2880,
+                n_layer: 24,
+                n_head: 64,
+                n_head_kv: 8,
+                head_dim: 64,
+                n_ff: 2880,
+                context: 131072,
+                experts: Some((32, 4, 2880)),
+            },
         }
     }
 }
@@ -125,6 +145,7 @@ impl Preset {
         match self {
             Preset::Q4KM => "q4_k_m",
             Preset::Q8_0 => "q8_0",
+            Preset::Mxfp4 => "mxfp4",
         }
     }
 
@@ -133,6 +154,8 @@ impl Preset {
         match self {
             Preset::Q4KM => 15,
             Preset::Q8_0 => 7,
+            // llama.cpp's MOSTLY_MXFP4_MOE.
+            Preset::Mxfp4 => 38,
         }
     }
 
@@ -141,9 +164,15 @@ impl Preset {
     fn type_of(self, name: &str, layer: Option<usize>, n_layer: usize) -> GgmlType {
         match self {
             Preset::Q8_0 => GgmlType::Q8_0,
+            Preset::Mxfp4 => match name {
+                "ffn_gate_exps" | "ffn_up_exps" | "ffn_down_exps" => GgmlType::MXFP4,
+                _ => GgmlType::Q8_0,
+            },
             Preset::Q4KM => match (name, layer) {
                 ("output", None) => GgmlType::Q6_K,
-                ("attn_v" | "ffn_down", Some(i)) if use_more_bits(i, n_layer) => GgmlType::Q6_K,
+                ("attn_v" | "ffn_down" | "ffn_down_exps", Some(i)) if use_more_bits(i, n_layer) => {
+                    GgmlType::Q6_K
+                }
                 _ => GgmlType::Q4_K,
             },
         }
@@ -233,6 +262,27 @@ pub fn write(
         Shape::Gemma3_4b => {
             w.add_metadata(&format!("{a}.attention.sliding_window"), u32v(1024));
         }
+        Shape::GptOss20b => {
+            let (n, used, width) = d.experts.expect("an MoE shape");
+            w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(150_000.0));
+            w.add_metadata(
+                &format!("{a}.rope.scaling.type"),
+                Value::String("yarn".into()),
+            );
+            w.add_metadata(&format!("{a}.rope.scaling.factor"), Value::F32(32.0));
+            w.add_metadata(
+                &format!("{a}.rope.scaling.original_context_length"),
+                u32v(4096),
+            );
+            w.add_metadata(&format!("{a}.attention.sliding_window"), u32v(128));
+            w.add_metadata(
+                &format!("{a}.attention.layer_norm_rms_epsilon"),
+                Value::F32(1e-5),
+            );
+            w.add_metadata(&format!("{a}.expert_count"), u32v(n));
+            w.add_metadata(&format!("{a}.expert_used_count"), u32v(used));
+            w.add_metadata(&format!("{a}.expert_feed_forward_length"), u32v(width));
+        }
         Shape::Qwen3Moe30bA3b => {
             let (n, used, width) = d.experts.expect("an MoE shape");
             w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(1_000_000.0));
@@ -279,6 +329,11 @@ pub fn write(
                   layer: Option<usize>,
                   rows: usize,
                   cols: usize| tensor(w, name, kind, layer, (1, rows, cols));
+    let zeros = |w: &mut GgufWriter, name: &str, dims: &[usize]| {
+        let n: usize = dims.iter().product();
+        let dims: Vec<u64> = dims.iter().map(|&x| x as u64).collect();
+        w.add_tensor(name, &dims, GgmlType::F32, vec![0u8; 4 * n]);
+    };
     let ones = |w: &mut GgufWriter, name: &str, n: usize| {
         let bytes = std::iter::repeat_n(1.0f32.to_le_bytes(), n)
             .flatten()
@@ -295,7 +350,7 @@ pub fn write(
             n_vocab,
             d.n_embd,
         ),
-        Shape::Llama3_8b | Shape::Qwen3Moe30bA3b => {
+        Shape::Llama3_8b | Shape::Qwen3Moe30bA3b | Shape::GptOss20b => {
             matrix(
                 &mut w,
                 "token_embd.weight",
@@ -316,7 +371,23 @@ pub fn write(
         matrix(&mut w, &p("attn_k"), "attn_k", l, kv, d.n_embd);
         matrix(&mut w, &p("attn_v"), "attn_v", l, kv, d.n_embd);
         matrix(&mut w, &p("attn_output"), "attn_output", l, d.n_embd, q);
-        ones(&mut w, &p("ffn_norm"), d.n_embd);
+        let oss = shape == Shape::GptOss20b;
+        if oss {
+            // Biases, sinks and the pre-FFN norm under gpt-oss's name.
+            let b = |x: &str| format!("blk.{il}.{x}.bias");
+            for (name, n) in [
+                ("attn_q", q),
+                ("attn_k", kv),
+                ("attn_v", kv),
+                ("attn_output", d.n_embd),
+            ] {
+                zeros(&mut w, &b(name), &[n]);
+            }
+            zeros(&mut w, &p("attn_sinks"), &[d.n_head]);
+            ones(&mut w, &p("post_attention_norm"), d.n_embd);
+        } else {
+            ones(&mut w, &p("ffn_norm"), d.n_embd);
+        }
         match d.experts {
             None => {
                 matrix(&mut w, &p("ffn_gate"), "ffn_gate", l, d.n_ff, d.n_embd);
@@ -329,9 +400,28 @@ pub fn write(
                 let dims = [d.n_embd as u64, n as u64];
                 w.add_tensor(&p("ffn_gate_inp"), &dims, GgmlType::F32, router);
                 let e = d.n_embd;
-                tensor(&mut w, &p("ffn_gate_exps"), "ffn_gate", l, (n, width, e));
-                tensor(&mut w, &p("ffn_up_exps"), "ffn_up", l, (n, width, e));
-                tensor(&mut w, &p("ffn_down_exps"), "ffn_down", l, (n, e, width));
+                tensor(
+                    &mut w,
+                    &p("ffn_gate_exps"),
+                    "ffn_gate_exps",
+                    l,
+                    (n, width, e),
+                );
+                tensor(&mut w, &p("ffn_up_exps"), "ffn_up_exps", l, (n, width, e));
+                tensor(
+                    &mut w,
+                    &p("ffn_down_exps"),
+                    "ffn_down_exps",
+                    l,
+                    (n, e, width),
+                );
+                if oss {
+                    let b = |x: &str| format!("blk.{il}.{x}.bias");
+                    zeros(&mut w, &b("ffn_gate_inp"), &[n]);
+                    zeros(&mut w, &b("ffn_gate_exps"), &[width, n]);
+                    zeros(&mut w, &b("ffn_up_exps"), &[width, n]);
+                    zeros(&mut w, &b("ffn_down_exps"), &[e, n]);
+                }
             }
         }
         if shape == Shape::Qwen3Moe30bA3b {

@@ -374,6 +374,7 @@ pub(crate) mod avx2 {
 
     impl LegacyAvx2 for BlockMxfp4 {
         const SIGNED: bool = true;
+        const F16_SCALE: bool = false;
         #[inline]
         #[target_feature(enable = "avx2")]
         unsafe fn load_q(&self) -> __m256i {

@@ -121,6 +121,7 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
     let ones16 = _mm256_set1_epi16(1);
     for j in 0..bpr {
         let (mut d_bits, mut m_bits) = ([0u16; ROWS], [0u16; ROWS]);
+        let mut d_f32 = [0f32; ROWS];
         for half in 0..2 {
             let mut v = [_mm256_setzero_si256(); 8];
             for (i, vi) in v.iter_mut().enumerate() {
@@ -132,7 +133,11 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
                 prefetch_ahead((b as *const B).cast(), size_of::<B>());
                 // SAFETY: AVX2 is enabled in this function.
                 *vi = unsafe { b.load_q() };
-                d_bits[row] = u16::from_le_bytes(b.d_bits());
+                if B::F16_SCALE {
+                    d_bits[row] = u16::from_le_bytes(b.d_bits());
+                } else {
+                    d_f32[row] = b.d();
+                }
                 m_bits[row] = u16::from_le_bytes(b.m_bits());
             }
             for (k, ck) in transpose8(v).into_iter().enumerate() {
@@ -157,7 +162,11 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
             let at = 8 * half;
             // SAFETY: 16 readable bytes each; 32 writable bytes each.
             unsafe {
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(d_bits[at..].as_ptr().cast()));
+                let d = if B::F16_SCALE {
+                    _mm256_cvtph_ps(_mm_loadu_si128(d_bits[at..].as_ptr().cast()))
+                } else {
+                    _mm256_loadu_ps(d_f32[at..].as_ptr())
+                };
                 let m = match B::M {
                     MTerm::Zero => _mm256_setzero_ps(),
                     MTerm::Offset(o) => _mm256_mul_ps(d, _mm256_set1_ps(-(o as f32))),

@@ -116,6 +116,7 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
     for j in 0..bpr {
         let mut v = [_mm256_setzero_si256(); GROUP];
         let (mut d_bits, mut m_bits) = ([0u16; GROUP], [0u16; GROUP]);
+        let mut d_f32 = [0f32; GROUP];
         for i in 0..h {
             let b = &rows[i * bpr + j];
             // The group's rows are contiguous, and so are a thread's groups: 4 KB ahead of
@@ -124,7 +125,11 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
             prefetch_ahead((b as *const B).cast(), size_of::<B>());
             // SAFETY: AVX2 is enabled in this function.
             v[i] = unsafe { b.load_q() };
-            d_bits[i] = u16::from_le_bytes(b.d_bits());
+            if B::F16_SCALE {
+                d_bits[i] = u16::from_le_bytes(b.d_bits());
+            } else {
+                d_f32[i] = b.d();
+            }
             m_bits[i] = u16::from_le_bytes(b.m_bits());
         }
         let c = transpose8(v);
@@ -136,7 +141,11 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
         // then `d * -offset` or the stored `m`.
         // SAFETY: 16 readable bytes each; 32 writable bytes each.
         unsafe {
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast()));
+            let d = if B::F16_SCALE {
+                _mm256_cvtph_ps(_mm_loadu_si128(d_bits.as_ptr().cast()))
+            } else {
+                _mm256_loadu_ps(d_f32.as_ptr())
+            };
             let m = match B::M {
                 MTerm::Zero => _mm256_setzero_ps(),
                 MTerm::Offset(o) => _mm256_mul_ps(d, _mm256_set1_ps(-(o as f32))),

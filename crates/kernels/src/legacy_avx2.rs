@@ -21,6 +21,9 @@ use std::arch::x86_64::*;
 pub trait LegacyAvx2: Legacy32 {
     /// Quants are signed i8 (Q8): use |w| and sign(x, w).
     const SIGNED: bool;
+    /// The scale is an f16 (`d_bits`); otherwise the lane-major kernels read
+    /// [`Legacy32::d`] in f32 (MXFP4's power of two).
+    const F16_SCALE: bool = true;
     /// The 32 quants in element order (unsigned unless `SIGNED`).
     ///
     /// # Safety

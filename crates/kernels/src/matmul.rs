@@ -149,8 +149,7 @@ fn dispatch(isa: Isa, pool: &ThreadPool, w: &QMatrix, x: Input, n: usize, out: &
         GgmlType::Q5_K => run_k::<BlockQ5K>(isa, pool, w, x, n, out),
         GgmlType::Q6_K => run_k::<BlockQ6K>(isa, pool, w, x, n, out),
         GgmlType::IQ4_NL => run_legacy::<BlockIq4Nl>(isa, pool, w, x, n, out),
-        // No f16 scale for the lane-major kernels: row-major only.
-        GgmlType::MXFP4 => run::<BlockMxfp4>(isa, pool, w, x, n, out),
+        GgmlType::MXFP4 => run_legacy::<BlockMxfp4>(isa, pool, w, x, n, out),
         GgmlType::IQ4_XS => run::<BlockIq4Xs>(isa, pool, w, x, n, out),
         GgmlType::IQ2_XXS => run::<crate::iquants::BlockIq2Xxs>(isa, pool, w, x, n, out),
         GgmlType::IQ2_XS => run::<crate::iquants::BlockIq2Xs>(isa, pool, w, x, n, out),
