@@ -184,8 +184,11 @@ pub trait Legacy32: WeightBlock<Act = BlockQ8x4> {
 }
 
 /// Adds block `b` of a row (weights `wb`, activations `x`) to the lanes; the scalar
-/// definition of the order (see the module doc). The AVX2 tail uses it as is.
-#[inline]
+/// definition of the order (see the module doc). The AVX2 tail uses it as is: always
+/// inlined, so that inside the AVX2 kernels its `mul_add` is one FMA instruction, not a call
+/// to the software `fmaf` (a row of 2,880 values, gpt-oss's width, has a two-block tail:
+/// ~10 % of a decode went there).
+#[inline(always)]
 pub fn add_block_scalar<B: Legacy32>(
     wb: &B,
     b: usize,
