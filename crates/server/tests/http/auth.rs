@@ -45,6 +45,10 @@ const ROUTES: &[(&str, &str, &str, bool)] = &[
     ("POST", "/infill", "/infill", false),
     ("POST", "/tokenize", "/tokenize", false),
     ("POST", "/detokenize", "/detokenize", false),
+    ("POST", "/rerank", "/rerank", false),
+    ("POST", "/reranking", "/reranking", false),
+    ("POST", "/v1/rerank", "/v1/rerank", false),
+    ("POST", "/v1/reranking", "/v1/reranking", false),
     ("POST", "/v1/messages", "/v1/messages", false),
     (
         "POST",
@@ -123,7 +127,9 @@ async fn json_of(r: Response<Body>) -> Value {
 
 /// Routes in OpenAI's error shape: its own, and the server's (metrics, model admin).
 fn openai_shaped(path: &str) -> bool {
-    path.starts_with("/v1/") || path == "/metrics" || path.starts_with("/admin/")
+    // `/v1/rerank` is llama-server's route (OpenAI has none), in llama-server's shape.
+    let llamacpp = path.starts_with("/v1/rerank");
+    (path.starts_with("/v1/") && !llamacpp) || path == "/metrics" || path.starts_with("/admin/")
 }
 
 /// The error `type` each protocol's 401 carries.
