@@ -184,11 +184,11 @@ pub trait Legacy32: WeightBlock<Act = BlockQ8x4> {
 }
 
 /// Adds block `b` of a row (weights `wb`, activations `x`) to the lanes; the scalar
-/// definition of the order (see the module doc). The AVX2 tail uses it as is: always
-/// inlined, so that inside the AVX2 kernels its `mul_add` is one FMA instruction, not a call
-/// to the software `fmaf` (a row of 2,880 values, gpt-oss's width, has a two-block tail:
-/// ~10 % of a decode went there).
-#[inline(always)]
+/// definition of the order (see the module doc). The AVX2 kernels' tail (the blocks past
+/// the last group of four) does the same operations in vectors (`legacy_avx2::dot_tile`):
+/// called from there, this scalar form cost ~10 % of a gpt-oss decode (rows of 2,880 values
+/// have a two-block tail), its `mul_add` a call to the software `fmaf`.
+#[inline]
 pub fn add_block_scalar<B: Legacy32>(
     wb: &B,
     b: usize,

@@ -12,8 +12,8 @@
 
 use crate::block::prefetch_ahead;
 use crate::legacy::{
-    add_block_scalar, finish, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
-    BlockQ8x4, Legacy32, MTerm,
+    finish, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, Legacy32,
+    MTerm,
 };
 use std::arch::x86_64::*;
 
@@ -284,14 +284,26 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
         for r in 0..R {
             let mut lane = [0.0f32; 8];
             let mut lane_m = [0.0f32; 4];
-            // SAFETY: the arrays hold 8 and 4 floats.
-            unsafe {
-                _mm256_storeu_ps(lane.as_mut_ptr(), acc[wi][r]);
-                _mm_storeu_ps(lane_m.as_mut_ptr(), accm[wi][r]);
-            }
+            // SAFETY: the array holds 4 floats.
+            unsafe { _mm_storeu_ps(lane_m.as_mut_ptr(), accm[wi][r]) };
+            // The blocks past the last whole group (a row of 2,880 values has two), one at a
+            // time in vectors: `add_block_scalar`'s operations exactly (the lanes' exact
+            // integer sums, then one FMA each with `d * dx`; the `m` term into its lane).
+            let mut a = acc[wi][r];
             for (b, wb) in ws[wi].iter().enumerate().skip(groups * 4) {
-                add_block_scalar(wb, b, xs[r], &mut lane, &mut lane_m);
+                let (u, k) = (&xs[r][b / 4], b % 4);
+                // SAFETY: AVX2 is enabled in this function.
+                let q = unsafe { wb.load_q() };
+                let abs = if B::SIGNED { _mm256_abs_epi8(q) } else { q };
+                let dw = wb.d();
+                let p = lanes::<B>(q, abs, &u.qs[k]);
+                a = _mm256_fmadd_ps(_mm256_set1_ps(dw * u.d[k]), p, a);
+                if has_m {
+                    lane_m[k] += wb.m(dw) * u.s[k];
+                }
             }
+            // SAFETY: the array holds 8 floats.
+            unsafe { _mm256_storeu_ps(lane.as_mut_ptr(), a) };
             out[wi][r] = finish::<B>(lane, lane_m);
         }
     }
