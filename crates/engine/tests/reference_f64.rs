@@ -3,7 +3,7 @@
 //! tests against hand-built blocks). No real Llama or Qwen checkpoint can be fetched here, so
 //! these random-weight models are how GQA, both RoPE styles, QK-norm (per head and whole),
 //! Q/K/V biases, Gemma's sliding windows (every 6th or every 2nd layer global), post-norms and
-//! Gemma 2's soft-caps, Phi-3's fused tensors, tied/untied heads and the experts'
+//! Gemma 2's soft-caps, Phi-3's fused tensors, gpt-oss's sinks, biases, YaRN and gating, tied/untied heads and the experts'
 //! routing (Qwen3-MoE, OLMoE, a Llama with experts) are checked.
 
 use ferrox_engine::synthetic::{build_gguf, SyntheticSpec};
@@ -42,8 +42,26 @@ impl Ref<'_> {
 
     fn rope(&self, x: &mut [f64], pos: usize, base: f64, scale: f64) {
         let d = x.len();
+        // YaRN (gpt-oss): each pair's angle blends the interpolated (scaled) one and the
+        // extrapolated one by a ramp over the pairs, and cos/sin grow by 1 + 0.1 ln(factor).
+        let yarn = self.c.yarn.map(|y| {
+            let f = self.c.rope_freq_scale as f64;
+            let dim = |beta: f64| {
+                d as f64 * (y.orig_ctx as f64 / (beta * 2.0 * std::f64::consts::PI)).ln()
+                    / (2.0 * base.ln())
+            };
+            let low = dim(y.beta_fast as f64).floor().max(0.0);
+            let high = dim(y.beta_slow as f64).ceil().min(d as f64 - 1.0);
+            (f, low, high, 1.0 + 0.1 * (1.0 / f).ln())
+        });
         for i in 0..d / 2 {
-            let theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
+            let mut theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
+            let mut mag = 1.0;
+            if let Some((f, low, high, m)) = yarn {
+                let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                theta *= f * (1.0 - ramp) + ramp;
+                mag = m;
+            }
             // Llama's families pair adjacent dimensions (the converter permuted their Q/K).
             let interleaved = matches!(self.c.arch, Arch::Llama | Arch::Granite | Arch::GraniteMoe);
             let (a, b) = if interleaved {
@@ -52,8 +70,9 @@ impl Ref<'_> {
                 (i, i + d / 2)
             };
             let (x0, x1) = (x[a], x[b]);
-            x[a] = x0 * theta.cos() - x1 * theta.sin();
-            x[b] = x0 * theta.sin() + x1 * theta.cos();
+            let (cos, sin) = (mag * theta.cos(), mag * theta.sin());
+            x[a] = x0 * cos - x1 * sin;
+            x[b] = x0 * sin + x1 * cos;
         }
     }
 
@@ -69,9 +88,32 @@ impl Ref<'_> {
             self.w(&p("ffn_up_exps.weight")),
             self.w(&p("ffn_down_exps.weight")),
         );
+        let oss = self.c.arch == Arch::GptOss;
+        let norm_name = if oss {
+            "post_attention_norm.weight"
+        } else {
+            "ffn_norm.weight"
+        };
+        // gpt-oss's biases: the router's, and each expert's after each matrix.
+        let bias = |name: &str| self.t(&p(name));
+        let (rb, gb, ub, db) = (
+            bias("ffn_gate_inp.bias"),
+            bias("ffn_gate_exps.bias"),
+            bias("ffn_up_exps.bias"),
+            bias("ffn_down_exps.bias"),
+        );
+        let add = |mut y: Vec<f64>, b: &Option<Vec<f64>>, ex: usize| {
+            if let Some(b) = b {
+                let n = y.len();
+                y.iter_mut()
+                    .zip(&b[ex * n..(ex + 1) * n])
+                    .for_each(|(y, b)| *y += b);
+            }
+            y
+        };
         for x in xs.iter_mut() {
-            let h = self.rms(x, &self.w(&p("ffn_norm.weight")));
-            let logits = Self::mv(&router, &h);
+            let h = self.rms(x, &self.w(&p(norm_name)));
+            let logits = add(Self::mv(&router, &h), &rb, 0);
             let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = logits.iter().map(|l| (l - mx).exp()).collect();
             let z: f64 = e.iter().sum();
@@ -85,14 +127,26 @@ impl Ref<'_> {
                 if m.norm_weights {
                     wgt /= total;
                 }
-                let g = Self::mv(&ge[ex * ff * d..(ex + 1) * ff * d], &h);
-                let u = Self::mv(&ue[ex * ff * d..(ex + 1) * ff * d], &h);
+                if oss {
+                    // A softmax over the chosen experts' logits alone.
+                    wgt = e[ex] / chosen.iter().map(|&i| e[i]).sum::<f64>();
+                }
+                let g = add(Self::mv(&ge[ex * ff * d..(ex + 1) * ff * d], &h), &gb, ex);
+                let u = add(Self::mv(&ue[ex * ff * d..(ex + 1) * ff * d], &h), &ub, ex);
                 let a: Vec<f64> = g
                     .iter()
                     .zip(&u)
-                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                    .map(|(&g, &u)| {
+                        if oss {
+                            // gpt-oss's SwiGLU, clamped at 7, with alpha 1.702 and up + 1.
+                            let (g, u) = (g.min(7.0), u.clamp(-7.0, 7.0));
+                            g / (1.0 + (-1.702 * g).exp()) * (u + 1.0)
+                        } else {
+                            g / (1.0 + (-g).exp()) * u
+                        }
+                    })
                     .collect();
-                let y = Self::mv(&de[ex * d * ff..(ex + 1) * d * ff], &a);
+                let y = add(Self::mv(&de[ex * d * ff..(ex + 1) * d * ff], &a), &db, ex);
                 o.iter_mut().zip(&y).for_each(|(o, y)| *o += wgt * y);
             }
             let k = self.c.residual_scale.unwrap_or(1.0) as f64;
@@ -184,6 +238,9 @@ impl Ref<'_> {
             let group = c.n_head / c.n_head_kv;
             let scale = c.attn_scale as f64;
             let wo = self.w(&p("attn_output.weight"));
+            let sinks = self.t(&p("attn_sinks.weight"));
+            let bo = self.t(&p("attn_output.bias"));
+            let oss = c.arch == Arch::GptOss;
             for qi in 0..xs.len() {
                 let mut att = vec![0.0; c.n_head * hd];
                 for h in 0..c.n_head {
@@ -207,9 +264,15 @@ impl Ref<'_> {
                             None => s,
                         })
                         .collect();
-                    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    // gpt-oss's sink: one more logit in the softmax, with no value.
+                    let sink = sinks.as_ref().map(|s| s[h]);
+                    let m = scores
+                        .iter()
+                        .copied()
+                        .chain(sink)
+                        .fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                    let z: f64 = e.iter().sum();
+                    let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
                     for (j, ej) in (lo..=qi).zip(&e) {
                         for i in 0..hd {
                             att[h * hd + i] += ej / z * vs[j][g * hd + i];
@@ -217,7 +280,11 @@ impl Ref<'_> {
                     }
                 }
                 let mut o = Self::mv(&wo, &att);
-                if let Some(w) = self.t(&p("post_attention_norm.weight")) {
+                if let Some(b) = &bo {
+                    o.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                }
+                // (gpt-oss's `post_attention_norm` is its pre-FFN norm, not Gemma's post-norm.)
+                if let Some(w) = self.t(&p("post_attention_norm.weight")).filter(|_| !oss) {
                     o = self.rms(&o, &w);
                 }
                 let k = c.residual_scale.unwrap_or(1.0) as f64;
@@ -325,8 +392,9 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 10] = [
+const ARCHES: [Arch; 11] = [
     Arch::Gemma3,
+    Arch::GptOss,
     Arch::Granite,
     Arch::GraniteMoe,
     Arch::Gemma2,
