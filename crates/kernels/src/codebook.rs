@@ -25,7 +25,7 @@
 //! best scale is not needed to make valid blocks.
 
 use crate::block::{amax, f16_to_f32, f32_to_f16, inv_or_zero, signed_max, Block, WeightBlock};
-use crate::legacy::{finish, BlockQ8x4, Legacy32, MTerm, QK};
+use crate::legacy::{finish, legacy_weight_block, BlockQ8x4, Legacy32, MTerm};
 use crate::GgmlType;
 
 /// IQ4_NL's and IQ4_XS's 16 values (ggml's `kvalues_iq4nl`).
@@ -169,55 +169,8 @@ impl Legacy32 for BlockMxfp4 {
     }
 }
 
-/// Block and weight-format impls shared by the two 32-value codebook formats.
-macro_rules! codebook32 {
-    ($B:ty, $ty:expr) => {
-        // SAFETY: repr(C), only bytes: alignment 1, no padding, every bit pattern valid.
-        unsafe impl Block for $B {
-            const TYPE: GgmlType = $ty;
-            const ELEMS: usize = QK;
-        }
-        impl WeightBlock for $B {
-            type Act = BlockQ8x4;
-            fn dequantize(blocks: &[Self], out: &mut [f32]) {
-                crate::legacy::dequant_blocks(blocks, out)
-            }
-            fn quantize(src: &[f32], out: &mut [Self]) {
-                assert_eq!(src.len(), out.len() * QK);
-                for (x, b) in src.chunks_exact(QK).zip(out.iter_mut()) {
-                    *b = <$B>::from_f32(x);
-                }
-            }
-            fn dot_scalar<const R: usize>(w: &[Self], xs: [&[BlockQ8x4]; R]) -> [f32; R] {
-                crate::legacy::dot_legacy_scalar(w, xs)
-            }
-            unsafe fn dot_avx2<const R: usize>(w: &[Self], xs: [&[BlockQ8x4]; R]) -> [f32; R] {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                    unsafe { crate::legacy_avx2::dot_legacy(w, xs) }
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                {
-                    Self::dot_scalar(w, xs)
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            unsafe fn dot_avx2_rows<const R: usize>(
-                w: &[Self],
-                bpr: usize,
-                xs: [&[BlockQ8x4]; R],
-                out: &mut [[f32; R]],
-            ) {
-                // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, out) }
-            }
-        }
-    };
-}
-
-codebook32!(BlockIq4Nl, GgmlType::IQ4_NL);
-codebook32!(BlockMxfp4, GgmlType::MXFP4);
+legacy_weight_block!(BlockIq4Nl, GgmlType::IQ4_NL);
+legacy_weight_block!(BlockMxfp4, GgmlType::MXFP4);
 
 impl BlockIq4Xs {
     /// Sub-block `ib`'s scale as stored: 0..64, meaning `ls - 32`.

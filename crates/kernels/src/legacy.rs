@@ -20,8 +20,8 @@
 //! demand exact equality.
 
 use crate::block::{
-    amax, f16_to_f32, f32_to_f16, fold4, inv_or_zero, round_clamp, signed_max, ActBlock, Block,
-    Isa, WeightBlock,
+    amax, f16_to_f32, f32_to_f16, fold4, inv_or_zero, round_clamp, signed_max, ActBlock, Isa,
+    WeightBlock,
 };
 use crate::GgmlType;
 
@@ -340,32 +340,41 @@ pub(crate) fn dequant_blocks<B: Legacy32>(blocks: &[B], out: &mut [f32]) {
     }
 }
 
+/// `Block` and `WeightBlock` for a [`Legacy32`] format whose type has a `from_f32(&[f32])`
+/// constructor: the 32-value kernels, row-major and (on x86-64) AVX2. The codebook formats
+/// (`codebook.rs`) use it too.
 macro_rules! legacy_weight_block {
     ($B:ty, $ty:expr) => {
         // SAFETY: repr(C), only byte arrays: alignment 1, no padding, every bit pattern valid.
-        unsafe impl Block for $B {
-            const TYPE: GgmlType = $ty;
-            const ELEMS: usize = QK;
+        unsafe impl $crate::block::Block for $B {
+            const TYPE: $crate::GgmlType = $ty;
+            const ELEMS: usize = $crate::legacy::QK;
         }
-        impl WeightBlock for $B {
-            type Act = BlockQ8x4;
+        impl $crate::block::WeightBlock for $B {
+            type Act = $crate::legacy::BlockQ8x4;
             fn dequantize(blocks: &[Self], out: &mut [f32]) {
-                dequant_blocks(blocks, out)
+                $crate::legacy::dequant_blocks(blocks, out)
             }
             fn quantize(src: &[f32], out: &mut [Self]) {
-                assert_eq!(src.len(), out.len() * QK);
-                for (x, b) in src.chunks_exact(QK).zip(out.iter_mut()) {
+                assert_eq!(src.len(), out.len() * $crate::legacy::QK);
+                for (x, b) in src.chunks_exact($crate::legacy::QK).zip(out.iter_mut()) {
                     *b = <$B>::from_f32(x);
                 }
             }
-            fn dot_scalar<const R: usize>(w: &[Self], xs: [&[BlockQ8x4]; R]) -> [f32; R] {
-                dot_legacy_scalar(w, xs)
+            fn dot_scalar<const R: usize>(
+                w: &[Self],
+                xs: [&[$crate::legacy::BlockQ8x4]; R],
+            ) -> [f32; R] {
+                $crate::legacy::dot_legacy_scalar(w, xs)
             }
-            unsafe fn dot_avx2<const R: usize>(w: &[Self], xs: [&[BlockQ8x4]; R]) -> [f32; R] {
+            unsafe fn dot_avx2<const R: usize>(
+                w: &[Self],
+                xs: [&[$crate::legacy::BlockQ8x4]; R],
+            ) -> [f32; R] {
                 #[cfg(target_arch = "x86_64")]
                 {
                     // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                    unsafe { crate::legacy_avx2::dot_legacy(w, xs) }
+                    unsafe { $crate::legacy_avx2::dot_legacy(w, xs) }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 {
@@ -376,15 +385,16 @@ macro_rules! legacy_weight_block {
             unsafe fn dot_avx2_rows<const R: usize>(
                 w: &[Self],
                 bpr: usize,
-                xs: [&[BlockQ8x4]; R],
+                xs: [&[$crate::legacy::BlockQ8x4]; R],
                 out: &mut [[f32; R]],
             ) {
                 // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, out) }
+                unsafe { $crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, out) }
             }
         }
     };
 }
+pub(crate) use legacy_weight_block;
 
 legacy_weight_block!(BlockQ4_0, GgmlType::Q4_0);
 legacy_weight_block!(BlockQ4_1, GgmlType::Q4_1);

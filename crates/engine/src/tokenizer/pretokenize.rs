@@ -248,45 +248,41 @@ fn split_llama3(cpts: &[char], flags: &[Flags], chunks: &[usize], max_digits: us
                 cuts.cut(pos);
                 continue;
             }
-            // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-            let look = if cpt == ' ' { pos + 1 } else { pos };
-            if w.is_other(look) || (cpt == ' ' && look >= end) {
-                // (A lone trailing space also lands here in llama.cpp's splitter and becomes
-                // its own word, which is what `\s+` would give.)
-                pos = look;
-                while w.is_other(pos) {
-                    pos += 1;
-                }
-                while matches!(w.cpt(pos), Some('\r' | '\n')) {
-                    pos += 1;
-                }
-                cuts.cut(pos);
-                continue;
-            }
-            let (n_ws, last_newline_end) = w.whitespace_run(pos);
-            // `\s*[\r\n]+`
-            if let Some(e) = last_newline_end {
-                pos = e;
-                cuts.cut(pos);
-                continue;
-            }
-            // `\s+(?!\S)`
-            if n_ws > 1 && pos + n_ws < end {
-                pos += n_ws - 1;
-                cuts.cut(pos);
-                continue;
-            }
-            // `\s+`
-            if n_ws > 0 {
-                pos += n_ws;
-                cuts.cut(pos);
-                continue;
-            }
-            pos += 1;
+            pos = punct_or_space_end(&w, pos, &['\r', '\n']);
             cuts.cut(pos);
         }
     }
     out
+}
+
+/// The end of the word at `pos` by the last alternatives Llama 3's and gpt-4o's regexes share,
+/// ` ?[^\s\p{L}\p{N}]+[trail]*|\s*[\r\n]+|\s+(?!\S)|\s+`, else the one code point; `trail` is
+/// what may follow a punctuation run (`\r\n`, and gpt-4o's `/`).
+fn punct_or_space_end(w: &Window, pos: usize, trail: &[char]) -> usize {
+    let cpt = w.cpts[pos];
+    let look = if cpt == ' ' { pos + 1 } else { pos };
+    if w.is_other(look) || (cpt == ' ' && look >= w.end) {
+        // (A lone trailing space also lands here in llama.cpp's splitter and becomes its own
+        // word, which is what `\s+` would give.)
+        let mut e = look;
+        while w.is_other(e) {
+            e += 1;
+        }
+        while w.cpt(e).is_some_and(|c| trail.contains(&c)) {
+            e += 1;
+        }
+        return e;
+    }
+    let (n_ws, last_newline_end) = w.whitespace_run(pos);
+    match last_newline_end {
+        // `\s*[\r\n]+`
+        Some(e) => e,
+        // `\s+(?!\S)`: leave the last space to the next word.
+        None if n_ws > 1 && pos + n_ws < w.end => pos + n_ws - 1,
+        // `\s+`
+        None if n_ws > 0 => pos + n_ws,
+        None => pos + 1,
+    }
 }
 
 /// gpt-4o / o200k (gpt-oss), as llama.cpp states it:
@@ -360,39 +356,7 @@ fn split_gpt4o(cpts: &[char], flags: &[Flags], chunks: &[usize]) -> Vec<usize> {
                 cuts.cut(pos);
                 continue;
             }
-            // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
-            let look = if cpt == ' ' { pos + 1 } else { pos };
-            if w.is_other(look) {
-                pos = look;
-                while w.is_other(pos) {
-                    pos += 1;
-                }
-                while matches!(w.cpt(pos), Some('\r' | '\n' | '/')) {
-                    pos += 1;
-                }
-                cuts.cut(pos);
-                continue;
-            }
-            let (n_ws, last_newline_end) = w.whitespace_run(pos);
-            // `\s*[\r\n]+`
-            if let Some(e) = last_newline_end {
-                pos = e;
-                cuts.cut(pos);
-                continue;
-            }
-            // `\s+(?!\S)`
-            if n_ws > 1 && pos + n_ws < end {
-                pos += n_ws - 1;
-                cuts.cut(pos);
-                continue;
-            }
-            // `\s+`
-            if n_ws > 0 {
-                pos += n_ws;
-                cuts.cut(pos);
-                continue;
-            }
-            pos += 1;
+            pos = punct_or_space_end(&w, pos, &['\r', '\n', '/']);
             cuts.cut(pos);
         }
     }

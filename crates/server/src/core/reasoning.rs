@@ -44,6 +44,18 @@ pub const HARMONY: Tags = Tags {
     bare_answer: Some("<|channel|>final<|message|>"),
 };
 
+/// The tags of the thinking family a chat template belongs to, if any: one that writes
+/// `</think>`, or harmony's analysis channel (gpt-oss).
+pub fn tags_of_template(source: &str) -> Option<Tags> {
+    if source.contains(THINK.close) {
+        Some(THINK)
+    } else if source.contains("<|channel|>") && source.contains("analysis") {
+        Some(HARMONY)
+    } else {
+        None
+    }
+}
+
 /// How a thinking model's answers begin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thinking {

@@ -163,13 +163,7 @@ impl ServedModel {
 /// one-message conversation.
 fn thinking_of(model: &Model, template: &ChatTemplate) -> Option<Thinking> {
     let source = model.file().get("tokenizer.chat_template")?.as_str()?;
-    let tags = if source.contains(reasoning::THINK.close) {
-        reasoning::THINK
-    } else if source.contains("<|channel|>") && source.contains("analysis") {
-        reasoning::HARMONY
-    } else {
-        return None;
-    };
+    let tags = reasoning::tags_of_template(source)?;
     let prompt = template
         .render(
             &[ferrox_engine::template::ChatMessage::new("user", "x")],

@@ -227,8 +227,7 @@ fn capabilities(file: &GgufOrLoaded, template: &str, reasoning: bool) -> Vec<&'s
     if fim.pre.is_some() && fim.suf.is_some() && fim.mid.is_some() {
         caps.push("insert");
     }
-    let harmony = template.contains("<|channel|>") && template.contains("analysis");
-    if reasoning && (template.contains(reasoning::THINK.close) || harmony) {
+    if reasoning && reasoning::tags_of_template(template).is_some() {
         caps.push("thinking");
     }
     caps
