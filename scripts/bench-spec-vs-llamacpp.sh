@@ -13,6 +13,9 @@
 #   scripts/bench-spec-vs-llamacpp.sh     # ROUNDS=4 THREADS=2 (each prompt twice)
 #   SCENARIOS="code-edit" SPEC_TYPES="ngram-simple" scripts/bench-spec-vs-llamacpp.sh
 #   SHAPE=gemma3-4b scripts/bench-spec-vs-llamacpp.sh   # a real-shape random-weight model
+#   DRAFT=FILE ...     # draft-model speculation: ferrox `-md FILE`, llama-server
+#                      # `--spec-type draft-simple -md FILE --spec-draft-n-max 16`
+#   TEMP=0 CONCURRENCY=1,8 ...   # every request greedy; the concurrency levels
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +23,18 @@ source scripts/llamacpp.sh
 ROUNDS=${ROUNDS:-4}
 THREADS=${THREADS:-2}
 SCENARIOS=${SCENARIOS:-code-edit extract chat}
-SPEC_TYPES=${SPEC_TYPES:-ngram-simple ngram-map-k ngram-mod}
+if [ -n "${DRAFT:-}" ]; then
+    SPEC_TYPES=${SPEC_TYPES:-draft-simple}
+    FERROX_DRAFT=(-md "$DRAFT")
+    LLAMA_DRAFT=(-md "$DRAFT" --spec-draft-n-max 16)
+else
+    SPEC_TYPES=${SPEC_TYPES:-ngram-simple ngram-map-k ngram-mod}
+    FERROX_DRAFT=()
+    LLAMA_DRAFT=()
+fi
+BENCH_ARGS=()
+[ -n "${TEMP:-}" ] && BENCH_ARGS+=(--temperature "$TEMP")
+[ -n "${CONCURRENCY:-}" ] && BENCH_ARGS+=(-n "$CONCURRENCY")
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 PORT=${PORT:-18094}
@@ -37,7 +51,7 @@ run() {
     local pid=$!
     wait_healthy "$pid" "$PORT" "$OUT/$name.$scenario.$round.log" || exit 1
     "$FERROX" bench serve --url "http://127.0.0.1:$PORT" --scenario "$scenario" --spec "$spec" \
-        --json >"$OUT/$name.$scenario.$round.json"
+        ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"} --json >"$OUT/$name.$scenario.$round.json"
     kill -INT "$pid"
     wait "$pid" || true
 }
@@ -48,10 +62,12 @@ for r in $(seq "$ROUNDS"); do
     for s in $SCENARIOS; do
         echo "round $r/$ROUNDS: $s" >&2
         run ferrox "$s" "$r" both "$FERROX" serve -m "$MODEL" -t "$THREADS" --host 127.0.0.1 \
-            --port "$PORT"
+            --port "$PORT" ${FERROX_DRAFT[@]+"${FERROX_DRAFT[@]}"}
         run llama-none "$s" "$r" on "${LLAMA[@]}"
         for t in $SPEC_TYPES; do
-            run "llama-$t" "$s" "$r" on "${LLAMA[@]}" --spec-type "$t"
+            extra=()
+            [[ $t == draft* ]] && extra=("${LLAMA_DRAFT[@]}")
+            run "llama-$t" "$s" "$r" on "${LLAMA[@]}" --spec-type "$t" ${extra[@]+"${extra[@]}"}
         done
     done
 done

@@ -23,6 +23,11 @@ pub enum Shape {
     /// Gemma 3 4B: d 2560, 34 layers, 8/4 heads x 256, FFN 10240, vocab 262144, tied head.
     #[value(name = "gemma3-4b")]
     Gemma3_4b,
+    /// Gemma 3 270M: d 640, 18 layers, 4/1 heads x 256, FFN 2048, vocab 262144, tied head: a
+    /// draft model for the Gemma 3 shapes (`--model-draft`). Its 640-value rows hold no
+    /// K-quant block, so `--quant q8_0` only.
+    #[value(name = "gemma3-270m")]
+    Gemma3_270m,
     /// Llama 3 8B: d 4096, 32 layers, 32/8 heads x 128, FFN 14336, its own output head (the
     /// default model's 262144-token SentencePiece vocabulary instead of Llama's 128256).
     #[value(name = "llama3-8b")]
@@ -98,6 +103,18 @@ impl Shape {
                 head_dim: 256,
                 n_ff: 10240,
                 context: 131072,
+                experts: None,
+            },
+            Shape::Gemma3_270m => Dims {
+                arch: "gemma3",
+                name: "gemma3-270m",
+                n_embd: 640,
+                n_layer: 18,
+                n_head: 4,
+                n_head_kv: 1,
+                head_dim: 256,
+                n_ff: 2048,
+                context: 32768,
                 experts: None,
             },
             Shape::Llama3_8b => Dims {
@@ -189,6 +206,12 @@ fn use_more_bits(i: usize, n: usize) -> bool {
 /// Writes the model (unless it is cached) and prints its path.
 pub fn bench_model(args: BenchModelArgs) -> Result<(), String> {
     let dims = args.shape.dims();
+    if !dims.n_embd.is_multiple_of(256) && args.preset == Preset::Q4KM {
+        return Err(format!(
+            "the {} shape's rows of {} values hold no K-quant block: use --quant q8_0",
+            dims.name, dims.n_embd
+        ));
+    }
     let layers = args.layers.unwrap_or(dims.n_layer);
     let path = args.out.clone().unwrap_or_else(|| {
         let suffix = match args.layers {
@@ -262,6 +285,8 @@ pub fn write(
         Shape::Gemma3_4b => {
             w.add_metadata(&format!("{a}.attention.sliding_window"), u32v(1024));
         }
+        // The default model is this shape: its own window and rope keys, copied above.
+        Shape::Gemma3_270m => {}
         Shape::GptOss20b => {
             let (n, used, width) = d.experts.expect("an MoE shape");
             w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(150_000.0));
@@ -342,7 +367,7 @@ pub fn write(
     };
     match shape {
         // Gemma ties its head to the embedding: the embedding is the head's type.
-        Shape::Gemma3_4b => matrix(
+        Shape::Gemma3_4b | Shape::Gemma3_270m => matrix(
             &mut w,
             "token_embd.weight",
             "output",
@@ -428,7 +453,7 @@ pub fn write(
             ones(&mut w, &p("attn_q_norm"), d.head_dim);
             ones(&mut w, &p("attn_k_norm"), d.head_dim);
         }
-        if shape == Shape::Gemma3_4b {
+        if matches!(shape, Shape::Gemma3_4b | Shape::Gemma3_270m) {
             ones(&mut w, &p("attn_q_norm"), d.head_dim);
             ones(&mut w, &p("attn_k_norm"), d.head_dim);
             ones(&mut w, &p("post_attention_norm"), d.n_embd);

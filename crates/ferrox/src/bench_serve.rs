@@ -82,6 +82,11 @@ pub struct BenchServeArgs {
     /// without it, interleaved (both), or one of them (for a server without the switch).
     #[arg(long, value_enum, default_value_t = SpecMode::Both)]
     pub spec: SpecMode,
+    /// The speculation scenarios' sampling temperature [default: chat 1 with a seed per
+    /// user, the others 0]: `--temperature 0` makes the chat scenario greedy (a draft model's
+    /// best case), a positive one samples the others with a seed per user.
+    #[arg(long)]
+    pub temperature: Option<f32>,
 }
 
 /// The load `ferrox bench serve` generates.

@@ -10,7 +10,7 @@
 //!   to draft from, so speculation must stand down; at 16 concurrent users, where a step is
 //!   compute-bound, too.
 //!
-//! The other scenarios are greedy (temperature 0). Every request goes through the chat route. With `--spec both` (the
+//! The other scenarios are greedy (temperature 0); `--temperature` sets every scenario's. Every request goes through the chat route. With `--spec both` (the
 //! default) each round sends the level's requests twice, first with `"speculative": false`
 //! and then without it (the server's default), so the two are interleaved on one server and
 //! the ratio is measured in one run; `--spec on` / `off` send one of them, which is how a
@@ -198,8 +198,9 @@ async fn wave(
             let text = prompt(args.scenario, i + round);
             let messages = [json!({"role": "user", "content": text})];
             let mut body = route.body(&messages, args.max_tokens(), args.model.as_deref(), None);
-            if args.scenario == Scenario::Chat {
-                body["temperature"] = json!(1.0);
+            let chat_default = (args.scenario == Scenario::Chat).then_some(1.0);
+            if let Some(t) = args.temperature.or(chat_default) {
+                body["temperature"] = json!(t);
                 body["seed"] = json!(i + round);
             }
             if !on && args.spec == SpecMode::Both {

@@ -68,7 +68,7 @@ struct BenchCmd {
 enum BenchSub {
     /// Fire concurrent streaming requests at a server and report tok/s, TTFT and ITL
     /// (`--scenario conversation` / `shared-prefix`: chat load that reuses prompts).
-    Serve(bench_serve::BenchServeArgs),
+    Serve(Box<bench_serve::BenchServeArgs>),
     /// Time constrained decoding alone: a schema's compile time and the per-token mask time.
     Grammar(bench_grammar::BenchGrammarArgs),
     /// Write a random-weight model of a real shape (Gemma 3 4B, Llama 3 8B) in llama.cpp's
@@ -102,7 +102,7 @@ fn main() {
         Cmd::Bench(BenchCmd {
             sub: Some(BenchSub::Serve(args)),
             ..
-        }) => bench_serve::bench_serve(args),
+        }) => bench_serve::bench_serve(*args),
         Cmd::Bench(BenchCmd {
             sub: Some(BenchSub::Grammar(args)),
             ..

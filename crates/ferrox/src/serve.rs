@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ferrox_sched::{KvBudget, Pooling, SchedulerConfig};
+use ferrox_sched::{KvBudget, Pooling, SchedulerConfig, SpecKind};
 use ferrox_server::{
     ApiKeys, AppState, HostPolicy, KeepAlive, ModelsConfig, Registry, ServerConfig, TlsConfig,
 };
@@ -71,10 +71,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_prefix_cache: bool,
     /// Speculative decoding (llama-server's flag): `ngram` drafts each row's next tokens
-    /// from its own prompt and output and verifies them in the same step; `none` turns it
-    /// off [default: ngram]. It never changes the tokens drawn, only how many steps they take.
+    /// from its own prompt and output and verifies them in the same step; `draft` has the
+    /// `--model-draft` model guess them; `none` turns it off [default: ngram, or draft with
+    /// --model-draft]. It never changes the tokens drawn, only how many steps they take.
     #[arg(long = "spec-type", env = "FERROX_SPEC_TYPE")]
     pub spec_type: Option<String>,
+    /// A smaller model of the same vocabulary that drafts for the default (first) model
+    /// (llama-server's `-md`); its KV cache is kept beside the target's, in the same budget.
+    #[arg(long = "model-draft", env = "FERROX_MODEL_DRAFT")]
+    pub model_draft: Option<PathBuf>,
     /// Most drafted tokens a row verifies per step [default: 16].
     #[arg(long = "spec-draft-n-max", env = "FERROX_SPEC_N_MAX")]
     pub spec_draft_n_max: Option<usize>,
@@ -222,6 +227,19 @@ impl ServeArgs {
         c.prefix_cache = switches.prefix_cache && !self.no_prefix_cache;
         c.prefill_order = switches.prefill_order;
         c.speculation.kind = switches.speculation.kind;
+        match (&self.model_draft, &self.spec_type) {
+            (Some(_), None) => c.speculation.kind = SpecKind::Draft,
+            (Some(_), Some(_)) if c.speculation.kind != SpecKind::Draft => {
+                return Err(format!(
+                    "--model-draft is given, but --spec-type is {:?}: leave it out or say draft",
+                    c.speculation.kind
+                ))
+            }
+            (None, _) if c.speculation.kind == SpecKind::Draft => {
+                return Err("--spec-type draft needs --model-draft FILE".into())
+            }
+            _ => {}
+        }
         c.speculation.adaptive = switches.speculation.adaptive;
         c.cache_type_k = switches.cache_type_k;
         c.cache_type_v = switches.cache_type_v;
@@ -249,6 +267,7 @@ impl ServeArgs {
             max_loaded: self.max_loaded_models.map(|n| n.max(1)),
             memory_budget: self.memory_budget,
             keep_alive,
+            draft: self.model_draft.clone(),
             ..ModelsConfig::default()
         })
     }
@@ -518,14 +537,16 @@ fn stem(path: &Path) -> String {
         .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
 }
 
-/// llama-server spells `--parallel` as `-np`, which is not a valid short flag for clap (one
-/// letter only). `main` can pass its arguments through this before parsing so that
+/// llama-server spells `--parallel` as `-np` and `--model-draft` as `-md`, which are not
+/// valid short flags for clap (one letter only). `main` can pass its arguments through this before parsing so that
 /// `ferrox serve -np 4` works: `Cli::parse_from(serve::llama_style_args(std::env::args_os()))`.
 pub fn llama_style_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     args.into_iter()
         .map(|a| {
             if a == "-np" {
                 OsString::from("--parallel")
+            } else if a == "-md" {
+                OsString::from("--model-draft")
             } else {
                 a
             }

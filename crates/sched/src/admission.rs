@@ -35,7 +35,8 @@ pub struct Limits {
     pub block_size_tokens: usize,
     /// Blocks in the KV pool.
     pub total_blocks: usize,
-    /// KV bytes of one block: `block_size_tokens × KvShape::bytes_per_token()`.
+    /// KV bytes of one block: `block_size_tokens × KvShape::bytes_per_token()`, plus the
+    /// draft model's for the same positions when one drafts (its pool has as many blocks).
     pub bytes_per_block: u64,
     /// The model's KV geometry in the configured storage types.
     pub kv_shape: KvShape,
@@ -130,6 +131,18 @@ impl Limits {
         model_max_context: usize,
         vocab_size: usize,
     ) -> Result<Self, ConfigError> {
+        Self::with_draft(config, kv_shape, None, model_max_context, vocab_size)
+    }
+
+    /// [`Limits::new`] for a model with a draft model whose KV (f16, `draft_kv`) is kept
+    /// beside its own: a block is priced in both models' bytes.
+    pub fn with_draft(
+        config: &SchedulerConfig,
+        kv_shape: KvShape,
+        draft_kv: Option<KvShape>,
+        model_max_context: usize,
+        vocab_size: usize,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         let kv_shape = kv_shape.with_types(config.cache_type_k, config.cache_type_v);
         if let Some(ty) = kv_shape.unfit_type() {
@@ -138,7 +151,8 @@ impl Limits {
                 head_dim: kv_shape.head_dim,
             });
         }
-        let bytes_per_block = (config.kv_block_size_tokens * kv_shape.bytes_per_token()) as u64;
+        let per_token = kv_shape.bytes_per_token() + draft_kv.map_or(0, |d| d.bytes_per_token());
+        let bytes_per_block = (config.kv_block_size_tokens * per_token) as u64;
         let total_blocks = match config.kv_budget {
             KvBudget::Blocks(n) => n,
             KvBudget::Bytes(budget_bytes) => {

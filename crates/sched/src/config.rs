@@ -101,17 +101,22 @@ pub enum SpecKind {
     None,
     /// Prompt lookup: the continuation of the row's latest earlier n-gram (`crate::draft`).
     Ngram,
+    /// A second, smaller model of the same vocabulary guesses greedily
+    /// (`crate::draft_model`); the scheduler must be started with it
+    /// ([`crate::Scheduler::start_with_draft`]).
+    Draft,
 }
 
 impl SpecKind {
-    /// The names `--spec-type` and `FERROX_SPEC_TYPE` take (llama-server's `draft-*` types,
-    /// a second model proposing the tokens, are refused by this message).
-    pub const NAMES: &'static str = "none, ngram (draft-model speculation is not built yet)";
+    /// The names `--spec-type` and `FERROX_SPEC_TYPE` take (llama-server's `ngram-simple`
+    /// and `draft-simple` are accepted as their equivalents).
+    pub const NAMES: &'static str = "none, ngram, draft (with a draft model)";
 
     pub fn parse(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
             "none" | "off" => Some(Self::None),
             "ngram" | "ngram-simple" | "prompt-lookup" => Some(Self::Ngram),
+            "draft" | "draft-simple" => Some(Self::Draft),
             _ => None,
         }
     }
@@ -182,6 +187,12 @@ pub enum ConfigError {
         "a {ty} KV cache needs heads of whole 32-value blocks; this model's are {head_dim} values"
     )]
     KvType { ty: &'static str, head_dim: usize },
+    #[error("speculation type draft needs a draft model (--model-draft)")]
+    NoDraftModel,
+    #[error("a draft model was given but the speculation type is {kind:?}, not draft")]
+    DraftUnused { kind: SpecKind },
+    #[error("the draft model's vocabulary differs from the target's: {0}")]
+    DraftVocab(String),
     #[error("could not start the scheduler worker thread: {0}")]
     Spawn(#[from] std::io::Error),
 }
@@ -385,8 +396,8 @@ mod tests {
         let e = from(&[("FERROX_SPEC_TYPE", "eagle")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "environment variable FERROX_SPEC_TYPE=\"eagle\" must be one of none, ngram \
-             (draft-model speculation is not built yet)"
+            "environment variable FERROX_SPEC_TYPE=\"eagle\" must be one of none, ngram, \
+             draft (with a draft model)"
         );
         let e = from(&[("FERROX_SPEC_N_MIN", "9"), ("FERROX_SPEC_N_MAX", "8")]).unwrap_err();
         assert!(matches!(e, ConfigError::DraftLimits { n_min: 9, n_max: 8 }));

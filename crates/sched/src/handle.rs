@@ -20,7 +20,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::admission::{Limits, Refusal};
 use crate::blocks::{BlockPool, PoolCounts};
-use crate::config::{ConfigError, SchedulerConfig};
+use crate::config::{ConfigError, SchedulerConfig, SpecKind};
+use crate::draft_model::vocab_mismatch;
 use crate::model::StepModel;
 use crate::prefix::BlockHasher;
 use crate::queue::{Pending, QueueSlots};
@@ -40,9 +41,35 @@ impl Scheduler {
         model: Arc<M>,
         config: SchedulerConfig,
     ) -> Result<SchedulerHandle, ConfigError> {
-        let limits = Limits::new(
+        Self::start_with_draft(model, None, config)
+    }
+
+    /// [`Scheduler::start`] with a draft model for speculation type `draft`
+    /// (`crate::draft_model`): same vocabulary (every token's bytes and end-of-generation
+    /// flag), checked here. A draft with another speculation type, or that type without
+    /// one, is refused.
+    pub fn start_with_draft<M: StepModel>(
+        model: Arc<M>,
+        draft: Option<Arc<M>>,
+        config: SchedulerConfig,
+    ) -> Result<SchedulerHandle, ConfigError> {
+        let kind = config.speculation.kind;
+        match (&draft, kind) {
+            (None, SpecKind::Draft) => return Err(ConfigError::NoDraftModel),
+            (Some(_), SpecKind::None | SpecKind::Ngram) => {
+                return Err(ConfigError::DraftUnused { kind })
+            }
+            (Some(d), SpecKind::Draft) => {
+                if let Some(why) = vocab_mismatch(&*model, &**d) {
+                    return Err(ConfigError::DraftVocab(why));
+                }
+            }
+            (None, _) => {}
+        }
+        let limits = Limits::with_draft(
             &config,
             model.kv_shape(),
+            draft.as_ref().map(|d| d.kv_shape()),
             model.max_context(),
             model.vocab_size(),
         )?;
@@ -73,6 +100,7 @@ impl Scheduler {
                     worker_pool,
                     worker_hasher,
                     worker_shared,
+                    draft,
                 );
                 // Consumes the worker: the KV cache and every step buffer are freed here.
                 worker.run(commands);

@@ -22,6 +22,7 @@
 //! - `row`: one request in the batch (tokens held vs. computed);
 //! - `pooling`: an embedding row's running pool of hidden states;
 //! - `draft`: guessing a row's next tokens from its own history (prompt lookup);
+//! - `draft_model`: guessing them with a second, smaller model, in a KV cache of its own;
 //! - `speculate`: how many drafted tokens each row verifies, from measured step costs;
 //! - `worker`: the tick;
 //! - [`handle`]: `start`, `submit`, `cancel`, `status`, and the request stream;
@@ -36,6 +37,7 @@ pub mod blocks;
 pub mod config;
 pub mod constraint;
 mod draft;
+mod draft_model;
 mod engine_model;
 pub mod handle;
 pub mod model;

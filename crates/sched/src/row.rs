@@ -97,7 +97,9 @@ pub(crate) struct Row {
 /// A decoding row's speculation: its drafter, its record, and this step's draft.
 #[derive(Debug)]
 struct RowSpec {
-    drafter: NgramDrafter,
+    /// Prompt lookup, or `None` when a draft model proposes (the worker offers its guess,
+    /// [`Row::offer_draft`]).
+    ngram: Option<NgramDrafter>,
     acceptance: Acceptance,
     n_max: usize,
     n_min: usize,
@@ -119,7 +121,7 @@ impl RowSpec {
         let on = config.kind != crate::config::SpecKind::None && params.enabled && !embedding;
         let n_max = params.n_max.unwrap_or(config.n_max);
         (on && n_max > 0).then(|| Self {
-            drafter: NgramDrafter::default(),
+            ngram: (config.kind == crate::config::SpecKind::Ngram).then(NgramDrafter::default),
             acceptance: Acceptance::default(),
             n_max,
             n_min: params.n_min.unwrap_or(config.n_min),
@@ -428,25 +430,65 @@ impl Row {
             .filter(|v| !v.is_empty())
     }
 
-    /// A decoding row's draft for this step, as the allocator sees it: the drafter's guess at
-    /// what follows the row's tokens, at most `n_max` long and short enough that every token
-    /// it could yield fits `max_tokens`. `None` when the row does not speculate or has no
+    /// The most tokens a decoding row may have drafted this step: `n_max`, and few enough
+    /// that every token it could yield fits `max_tokens`. `None` when the row does not
+    /// speculate or is not decoding.
+    pub(crate) fn draft_limit(&self) -> Option<usize> {
+        let left = self.max_tokens.saturating_sub(self.generated_tokens());
+        let spec = self.spec.as_ref()?;
+        let decoding =
+            self.tokens.len() > self.prompt_tokens && self.computed + 1 == self.tokens.len();
+        decoding.then(|| spec.n_max.min(left.saturating_sub(1)))
+    }
+
+    /// The row as the allocator sees it before anything is drafted: its acceptance rate and
+    /// limits, with `available` drafted tokens.
+    pub(crate) fn draft_terms(&self, available: usize) -> Option<Candidate> {
+        let spec = self.spec.as_ref()?;
+        Some(Candidate {
+            rate: spec.acceptance.rate(),
+            available,
+            n_min: spec.n_min,
+            p_min: spec.p_min,
+        })
+    }
+
+    /// A decoding row's draft for this step, as the allocator sees it: prompt lookup's guess
+    /// at what follows the row's tokens, or the draft model's ([`Self::offer_draft`]), at
+    /// most [`Self::draft_limit`] long. `None` when the row does not speculate or has no
     /// guess.
     pub(crate) fn draft_candidate(&mut self) -> Option<Candidate> {
-        let left = self.max_tokens.saturating_sub(self.generated_tokens());
+        let max = self.draft_limit();
         let spec = self.spec.as_mut()?;
         spec.verify.clear();
-        if !(self.tokens.len() > self.prompt_tokens && self.computed + 1 == self.tokens.len()) {
+        let Some(max) = max else {
+            spec.proposal.clear();
             return None;
+        };
+        match &mut spec.ngram {
+            Some(ngram) => ngram.propose(&self.tokens, max, &mut spec.proposal),
+            None => spec.proposal.truncate(max),
         }
-        let max = spec.n_max.min(left.saturating_sub(1));
-        spec.drafter.propose(&self.tokens, max, &mut spec.proposal);
         (!spec.proposal.is_empty()).then(|| Candidate {
             rate: spec.acceptance.rate(),
             available: spec.proposal.len(),
             n_min: spec.n_min,
             p_min: spec.p_min,
         })
+    }
+
+    /// The draft model's guess at the row's next tokens, for this step's
+    /// [`Self::draft_candidate`].
+    pub(crate) fn offer_draft(&mut self, guess: &[u32]) {
+        if let Some(spec) = &mut self.spec {
+            spec.proposal.clear();
+            spec.proposal.extend_from_slice(guess);
+        }
+    }
+
+    /// The row's tokens: prompt, then every sampled token.
+    pub(crate) fn tokens(&self) -> &[u32] {
+        &self.tokens
     }
 
     /// Positions past the last token held that the row's blocks already cover.
@@ -619,6 +661,9 @@ impl Row {
             spec.drafted += drawn.drafted;
             spec.accepted += drawn.matched;
             spec.verify.clear();
+            if spec.ngram.is_none() {
+                spec.proposal.clear(); // a model's guess is for one step only
+            }
         }
     }
 

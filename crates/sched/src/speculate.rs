@@ -186,6 +186,67 @@ pub(crate) fn allocate(
     take
 }
 
+/// How many tokens a draft model guesses for each candidate this step, when guessing has a
+/// cost: one length `k` for every row (each capped by its own `available` and `p_min`), the
+/// one that maximises the step's expected tokens per second with the draft's forwards
+/// counted, `(N + Σ yields) / (draft_cost(per_row) + cost(N + Σ per_row))`, if that beats the
+/// plain step by [`MIN_GAIN`]. Until a draft forward is timed (`draft_cost` is `None`) the
+/// guesses are assumed free, so that one is tried and timed. Not `adaptive`: every row
+/// guesses all it may.
+pub(crate) fn draft_lengths(
+    costs: &StepCosts,
+    draft_cost: impl Fn(&[usize]) -> Option<f64>,
+    decode_rows: usize,
+    candidates: &[Candidate],
+    adaptive: bool,
+) -> Vec<usize> {
+    // What each row may guess: its cap, and no further than `p_min` allows.
+    let caps: Vec<usize> = (candidates.iter())
+        .map(|c| {
+            let mut y = 1.0;
+            let mut n = 0;
+            while n < c.available {
+                y *= c.rate;
+                if y < c.p_min || y <= 0.0 {
+                    break;
+                }
+                n += 1;
+            }
+            n
+        })
+        .collect();
+    let at = |k: usize| -> Vec<usize> {
+        (caps.iter().zip(candidates))
+            .map(|(&cap, c)| match cap.min(k) {
+                n if n < c.n_min => 0,
+                n => n,
+            })
+            .collect()
+    };
+    let longest = caps.iter().copied().max().unwrap_or(0);
+    if !adaptive {
+        return at(longest);
+    }
+    let Some(base) = costs.cost(decode_rows) else {
+        return at(0); // nothing measured yet: this step measures the plain cost
+    };
+    let plain = decode_rows as f64 / base;
+    let (mut best, mut best_k) = (plain * (1.0 + MIN_GAIN), 0);
+    for k in 1..=longest {
+        let per_row = at(k);
+        let tokens = decode_rows as f64
+            + (per_row.iter().zip(candidates))
+                .map(|(&n, c)| (1..=n as i32).map(|i| c.rate.powi(i)).sum::<f64>())
+                .sum::<f64>();
+        let positions = decode_rows + per_row.iter().sum::<usize>();
+        let secs = costs.cost(positions).unwrap_or(base) + draft_cost(&per_row).unwrap_or(0.0);
+        if tokens / secs > best {
+            (best, best_k) = (tokens / secs, k);
+        }
+    }
+    at(best_k)
+}
+
 /// How many of `positions` (expected yields, best first) maximise expected tokens per
 /// second, for a step of `decode_rows` rows that costs `base` without them.
 fn best_share(
@@ -283,6 +344,50 @@ mod tests {
         // Not adaptive: every drafted token, whatever the costs say, within p_min and n_min.
         assert_eq!(allocate(&dear_costs(), 1, &[cand(0.1, 8)], false), vec![8]);
         assert_eq!(allocate(&dear_costs(), 1, &[c], false), vec![0]);
+    }
+
+    #[test]
+    fn a_draft_model_guesses_only_as_far_as_its_own_cost_allows() {
+        // One row; a target step of n positions costs 10 + 0.1 n.
+        let cheap = linear(10.0, 0.1, 64);
+        let free = |_: &[usize]| Some(0.0);
+        assert_eq!(
+            draft_lengths(&cheap, free, 1, &[cand(0.9, 8)], true),
+            vec![8]
+        );
+        // Each guessed token costs a fifth of a target step: a 90 % row still guesses, but
+        // fewer than all 8 (the 8th yields 0.43 for a fifth of a step's time, the 1st 0.9); a
+        // 20 % row does not.
+        let fifth =
+            |per_row: &[usize]| Some(2.0 * per_row.iter().copied().max().unwrap_or(0) as f64);
+        let k = draft_lengths(&cheap, fifth, 1, &[cand(0.9, 8)], true)[0];
+        assert!((1..8).contains(&k), "{k}");
+        assert_eq!(
+            draft_lengths(&cheap, fifth, 1, &[cand(0.2, 8)], true),
+            vec![0]
+        );
+        // Unmeasured draft: assumed free, so that it is tried; unmeasured target: not yet.
+        let unmeasured = |_: &[usize]| None;
+        assert_eq!(
+            draft_lengths(&cheap, unmeasured, 1, &[cand(0.9, 8)], true),
+            vec![8]
+        );
+        assert_eq!(
+            draft_lengths(&StepCosts::default(), free, 1, &[cand(0.9, 8)], true),
+            vec![0]
+        );
+        // One length for every row, each capped by its own limits; not adaptive: all.
+        let rows = [
+            cand(0.9, 3),
+            cand(0.9, 8),
+            Candidate {
+                n_min: 5,
+                ..cand(0.9, 4)
+            },
+        ];
+        assert_eq!(draft_lengths(&cheap, free, 3, &rows, true), vec![3, 8, 0]);
+        let dear = |_: &[usize]| Some(1e9);
+        assert_eq!(draft_lengths(&cheap, dear, 3, &rows, false), vec![3, 8, 0]);
     }
 
     #[test]

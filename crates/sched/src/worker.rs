@@ -45,13 +45,16 @@ use ferrox_engine::kv::SeqChunk;
 use crate::admission::Limits;
 use crate::blocks::{BlockPool, KvLease};
 use crate::config::{PrefillOrder, SchedulerConfig, SpecConfig};
+use crate::draft_model::DraftModel;
 use crate::model::StepModel;
 use crate::prefix::{BlockHash, BlockHasher};
 use crate::queue::{Pending, WaitQueue};
 use crate::request::{FinishReason, RequestId};
 use crate::row::{finish_pending, Drawn, Finish, Row, RowSettings};
-use crate::speculate::{allocate, StepCosts};
+use crate::speculate::StepCosts;
 use crate::status::{Shared, WorkerStats};
+
+mod drafts;
 
 /// A message to the worker. Cancels travel the same channel as submissions, so a cancel is
 /// always seen after the submission it names.
@@ -119,6 +122,8 @@ pub(crate) struct Worker<M: StepModel> {
     /// (`crate::speculate`).
     spec: SpecConfig,
     step_costs: StepCosts,
+    /// The draft model, when one proposes the drafts (`crate::draft_model`).
+    draft: Option<DraftModel<M>>,
     stats: WorkerStats,
     shared: Arc<Shared>,
     /// Scratch reused every step: the step's logits and hidden states.
@@ -135,6 +140,7 @@ impl<M: StepModel> Worker<M> {
         pool: BlockPool,
         hasher: Option<BlockHasher>,
         shared: Arc<Shared>,
+        draft: Option<Arc<M>>,
     ) -> Self {
         let kv = model.new_kv(
             limits.kv_shape,
@@ -161,6 +167,7 @@ impl<M: StepModel> Worker<M> {
             last_prefilled: None,
             spec: config.speculation,
             step_costs: StepCosts::default(),
+            draft: draft.map(|d| DraftModel::new(d, limits.block_size_tokens, limits.total_blocks)),
             stats,
             shared,
             logits: Vec::new(),
@@ -331,6 +338,9 @@ impl<M: StepModel> Worker<M> {
             .expect("preempting a row in the batch");
         self.order.retain(|&o| o != id);
         row.preempt();
+        if let Some(draft) = &mut self.draft {
+            draft.forget(id);
+        }
         self.stats.preemptions += 1;
         self.parked.insert(row.seq, row);
     }
@@ -397,65 +407,6 @@ impl<M: StepModel> Worker<M> {
         if !row.resumed() {
             self.stats.prefix_cache_hits += n as u64;
         }
-    }
-
-    /// Every decoding row, in admission order, with the drafted tokens it verifies this step
-    /// (`crate::speculate` decides how many from the measured step costs). A draft uses the
-    /// row's blocks, and takes more only from free ones, and only while the pool keeps one for
-    /// every row in the batch: a guess never costs another row its next block, nor the cache
-    /// a prefix.
-    fn plan_drafts(&mut self) -> Vec<(RequestId, usize)> {
-        let decoding: Vec<RequestId> = (self.order.iter())
-            .copied()
-            .filter(|id| self.rows[id].is_decoding())
-            .collect();
-        let mut candidates = Vec::new();
-        let mut drafting = Vec::new();
-        // Blocks a draft may take: free ones only (a guess never evicts a cached prefix), and
-        // never the one block per row that growing rows may need.
-        let pool = self.pool.stats();
-        let mut spare = pool
-            .free
-            .min(pool.available.saturating_sub(self.rows.len()));
-        let block = self.limits.block_size_tokens;
-        for &id in &decoding {
-            let row = self
-                .rows
-                .get_mut(&id)
-                .expect("ordered rows are in the batch");
-            if let Some(mut c) = row.draft_candidate() {
-                // No more than the row's blocks and the spare ones could hold, so that the
-                // allocation is made on positions that can run.
-                c.available = c.available.min(row.draft_room() + spare * block);
-                candidates.push(c);
-                drafting.push(id);
-            }
-        }
-        let take = allocate(
-            &self.step_costs,
-            decoding.len(),
-            &candidates,
-            self.spec.adaptive,
-        );
-        let mut drafts: HashMap<RequestId, usize> = HashMap::new();
-        for ((id, mut n), c) in drafting.into_iter().zip(take).zip(&candidates) {
-            let row = self
-                .rows
-                .get_mut(&id)
-                .expect("ordered rows are in the batch");
-            while n > row.draft_room() && spare > 0 && row.grow().is_ok() {
-                spare -= 1;
-            }
-            n = n.min(row.draft_room());
-            if n < c.n_min {
-                n = 0; // cut short by the blocks, below the row's minimum: none
-            }
-            row.set_draft(n);
-            drafts.insert(id, n);
-        }
-        (decoding.into_iter())
-            .map(|id| (id, drafts.get(&id).copied().unwrap_or(0)))
-            .collect()
     }
 
     /// What this tick runs: every decoding row's one token (and its draft), then prompt
@@ -685,6 +636,9 @@ impl<M: StepModel> Worker<M> {
         let Some(mut row) = row else {
             return;
         };
+        if let Some(draft) = &mut self.draft {
+            draft.forget(id);
+        }
         if !matches!(finish.reason, FinishReason::Error(_)) {
             row.keep_tail();
         }

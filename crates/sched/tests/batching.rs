@@ -7,7 +7,8 @@ mod common;
 use std::sync::Arc;
 
 use common::props::{self, Spec};
-use ferrox_sched::testkit::{FakeModel, Probe};
+use ferrox_sched::testkit::{FakeLogits, FakeModel, Probe};
+use ferrox_sched::{GenerationRequest, StopConfig};
 
 fn spec() -> Spec {
     Spec {
@@ -51,6 +52,78 @@ fn speculative_equals_plain_under_random_arrivals_and_preemption() {
         "too few drafts rejected: {accepted} of {drafted}"
     );
     assert!(preempted > 10, "too few preemptions exercised: {preempted}");
+}
+
+/// A draft model's guesses change nothing either. The draft is a second fake model that
+/// agrees with the target most of the time (a weaker pull to repeat), so its guesses are
+/// often right and often wrong mid-draft; its KV is its own, trimmed back after every
+/// rejection and dropped on preemption, and every request still equals its plain sequential
+/// run to the bit.
+#[test]
+fn draft_model_speculation_equals_plain_under_random_arrivals_and_preemption() {
+    let model = Arc::new(Probe::recording(FakeModel::repeating()));
+    let draft = Arc::new(Probe::recording(FakeModel {
+        logits: FakeLogits::Repeating {
+            period: 7,
+            bonus: 4.0,
+        },
+        ..FakeModel::hash()
+    }));
+    let (mut drafted, mut accepted, mut preempted) = (0, 0, 0);
+    for seed in 0..8 {
+        let tight = Spec {
+            kv_blocks: 24,
+            max_new: 40,
+            ..spec()
+        };
+        let run = props::batched_equals_sequential_drafted(
+            Arc::clone(&model),
+            Some(Arc::clone(&draft)),
+            &tight,
+            seed,
+        );
+        drafted += run.drafted;
+        accepted += run.accepted;
+        preempted += run.preemptions;
+    }
+    assert!(
+        accepted > 300,
+        "too few drafts accepted: {accepted} of {drafted}"
+    );
+    assert!(
+        drafted > accepted + 200,
+        "too few drafts rejected: {accepted} of {drafted}"
+    );
+    assert!(preempted > 10, "too few preemptions exercised: {preempted}");
+}
+
+/// A model drafting for itself is right on every greedy guess: only a stop can cut a draft
+/// short. So a greedy row's drafts are all accepted unless the draft's KV bookkeeping (its
+/// catch-up, its roll-back after a stop, its table per row) is wrong somewhere.
+#[test]
+fn a_model_drafting_for_itself_is_accepted_on_every_greedy_guess() {
+    let model = Arc::new(FakeModel::hash());
+    let requests: Vec<GenerationRequest> = (0..6u32)
+        .map(|i| GenerationRequest {
+            stop: StopConfig {
+                ignore_eos: true,
+                ..StopConfig::default()
+            },
+            logprobs: Some(4),
+            ..GenerationRequest::greedy((1..=5 + 3 * i).collect(), 30 + i as usize)
+        })
+        .collect();
+    let (drafted, accepted) = props::speculative_equals_plain(
+        Arc::clone(&model),
+        Some(Arc::clone(&model)),
+        &requests,
+        200,
+    );
+    assert!(drafted > 100, "too few drafts verified: {drafted}");
+    assert_eq!(
+        accepted, drafted,
+        "a model's own greedy guesses were rejected"
+    );
 }
 
 #[test]

@@ -148,7 +148,27 @@ fn default_model_speculation_changes_nothing(model: Arc<Probe<Model>>) {
         },
         ..greedy(24)
     };
-    let (drafted, accepted) =
-        props::speculative_equals_plain(model, &[greedy(40), greedy(17), sampled], 64);
+    let (drafted, accepted) = props::speculative_equals_plain(
+        Arc::clone(&model),
+        None,
+        &[greedy(40), greedy(17), sampled.clone()],
+        64,
+    );
     assert!(accepted >= 20, "drafts accepted: {accepted} of {drafted}");
+    // The model drafting for itself (`--model-draft` on the same file): every greedy guess is
+    // right, the sampled row's are checked like any other.
+    let (drafted, accepted) = props::speculative_equals_plain(
+        Arc::clone(&model),
+        Some(Arc::clone(&model)),
+        &[greedy(40), greedy(17)],
+        64,
+    );
+    assert!(drafted >= 30, "too few guesses verified: {drafted}");
+    assert_eq!(
+        accepted, drafted,
+        "the model's own greedy guesses were rejected"
+    );
+    let (drafted, _) =
+        props::speculative_equals_plain(Arc::clone(&model), Some(model), &[sampled], 64);
+    assert!(drafted > 0, "the sampled row verified no guess");
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use ferrox_sched::testkit::Probe;
 use ferrox_sched::{
-    Collected, Event, FinishReason, GenerationRequest, SamplingParams, Scheduler, StepModel,
-    StopConfig,
+    Collected, Event, FinishReason, GenerationRequest, SamplingParams, Scheduler, SchedulerConfig,
+    SpecKind, StepModel, StopConfig,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -56,6 +56,17 @@ pub fn batched_equals_sequential<M: StepModel>(
     spec: &Spec,
     seed: u64,
 ) -> Exercised {
+    batched_equals_sequential_drafted(model, None, spec, seed)
+}
+
+/// [`batched_equals_sequential`] with `draft` (if any) proposing the drafts instead of prompt
+/// lookup (speculation type `draft`).
+pub fn batched_equals_sequential_drafted<M: StepModel>(
+    model: Arc<Probe<M>>,
+    draft: Option<Arc<Probe<M>>>,
+    spec: &Spec,
+    seed: u64,
+) -> Exercised {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut requests: Vec<GenerationRequest> = (0..spec.requests)
         .map(|_| {
@@ -81,8 +92,12 @@ pub fn batched_equals_sequential<M: StepModel>(
 
     let chunk = [1, 7, 128, usize::MAX][rng.gen_range(0..4)];
     let max_seqs = rng.gen_range(2..=8);
-    let handle = Scheduler::start(Arc::clone(&model), config(max_seqs, chunk, spec.kv_blocks))
-        .expect("config is valid");
+    let handle = Scheduler::start_with_draft(
+        Arc::clone(&model),
+        draft.clone(),
+        drafted_config(draft.is_some(), config(max_seqs, chunk, spec.kv_blocks)),
+    )
+    .expect("config is valid");
     let mut arrivals: Vec<u64> = (0..requests.len()).map(|_| rng.gen_range(0..40)).collect();
     arrivals.sort_unstable();
     let mut readers = Vec::new();
@@ -277,11 +292,13 @@ pub fn seed_is_independent_of_load<M: StepModel>(model: Arc<M>, spec: &Spec, see
 /// Returns the drafted and accepted token counts, for the caller to check that drafts ran.
 pub fn speculative_equals_plain<M: StepModel>(
     model: Arc<M>,
+    draft: Option<Arc<M>>,
     requests: &[GenerationRequest],
     kv_blocks: usize,
 ) -> (u64, u64) {
     let plain = run_alone(Arc::clone(&model), requests);
-    let handle = Scheduler::start(model, config(requests.len(), 16, kv_blocks)).unwrap();
+    let config = drafted_config(draft.is_some(), config(requests.len(), 16, kv_blocks));
+    let handle = Scheduler::start_with_draft(model, draft, config).unwrap();
     let streams: Vec<_> = requests
         .iter()
         .map(|r| handle.submit(r.clone()).unwrap())
@@ -292,4 +309,12 @@ pub fn speculative_equals_plain<M: StepModel>(
     }
     let status = handle.status();
     (status.spec_drafted, status.spec_accepted)
+}
+
+/// `config` with speculation type `draft` when a draft model is given.
+fn drafted_config(drafted: bool, mut config: SchedulerConfig) -> SchedulerConfig {
+    if drafted {
+        config.speculation.kind = SpecKind::Draft;
+    }
+    config
 }

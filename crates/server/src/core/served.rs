@@ -81,9 +81,11 @@ pub struct ServedModel {
 }
 
 impl ServedModel {
-    /// Starts the scheduler on `model` and reads its chat template.
+    /// Starts the scheduler on `model` (with `draft` proposing its drafts, if given) and
+    /// reads its chat template.
     pub fn start(
         model: Arc<Model>,
+        draft: Option<Arc<Model>>,
         model_id: String,
         scheduler: SchedulerConfig,
         config: &ServeOptions,
@@ -100,7 +102,7 @@ impl ServedModel {
                 None => chat_stop_strings.push(s.clone()),
             }
         }
-        let scheduler = Scheduler::start(Arc::clone(&model), scheduler)
+        let scheduler = Scheduler::start_with_draft(Arc::clone(&model), draft, scheduler)
             .map_err(|e| StartError::Scheduler(e.to_string()))?;
         let context_tokens = scheduler.limits().max_context_tokens;
         let pooling = match (config.pooling, model.config().pooling_type) {

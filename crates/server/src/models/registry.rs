@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ferrox_engine::{Model, ModelConfig, ThreadPool};
-use ferrox_sched::{Limits, SchedulerConfig};
+use ferrox_sched::{Limits, SchedulerConfig, SpecKind};
 use tokio::sync::watch;
 
 use super::keep_alive::KeepAlive;
@@ -41,6 +41,10 @@ pub struct ModelsConfig {
     /// How long a load waits for busy models to make room before its requests get a 503
     /// `models_busy` (300 s: a long generation on the busy model should finish first).
     pub room_wait: Duration,
+    /// A draft model for the default model's speculation (`--model-draft`, llama-server's
+    /// one target and one draft): loaded with it, priced with it, dropped with it. Other
+    /// models draft by prompt lookup when the speculation type is `draft`.
+    pub draft: Option<PathBuf>,
 }
 
 impl ModelsConfig {
@@ -62,6 +66,7 @@ impl Default for ModelsConfig {
             memory_budget: None,
             keep_alive: KeepAlive::Forever,
             room_wait: ROOM_WAIT,
+            draft: None,
         }
     }
 }
@@ -206,10 +211,25 @@ impl Registry {
     }
 
     fn start(&self, model: Arc<Model>, id: &str) -> Result<ServedModel, String> {
+        let mut scheduler = self.config.scheduler.clone();
+        let draft = match self.draft_path(id) {
+            Some(path) => {
+                let draft = Model::load_in(&path, Arc::clone(self.pool()))
+                    .map_err(|e| format!("the draft model {}: {e}", path.display()))?;
+                Some(Arc::new(draft))
+            }
+            None => {
+                if scheduler.speculation.kind == SpecKind::Draft {
+                    scheduler.speculation.kind = SpecKind::Ngram;
+                }
+                None
+            }
+        };
         ServedModel::start(
             model,
+            draft,
             id.to_string(),
-            self.config.scheduler.clone(),
+            scheduler,
             &self.server.serve_options(),
             Arc::clone(&self.metrics),
             self.stop_streams.subscribe(),
@@ -406,7 +426,7 @@ impl Registry {
         tx: &watch::Sender<Option<LoadResult>>,
     ) -> Result<(Arc<ServedModel>, u64), ApiError> {
         let needed = self
-            .price(path)
+            .price(id, path)
             .map_err(|reason| load_failed(id, path, reason))?;
         let waiting = Instant::now();
         loop {
@@ -436,10 +456,7 @@ impl Registry {
             }
             std::thread::sleep(ROOM_POLL);
         }
-        let pool = self
-            .pool
-            .get_or_init(|| Arc::new(ThreadPool::new(self.config.threads.max(1))));
-        let model = Model::load_in(path, Arc::clone(pool))
+        let model = Model::load_in(path, Arc::clone(self.pool()))
             .map_err(|e| load_failed(id, path, e.to_string()))?;
         let g = self
             .start(Arc::new(model), id)
@@ -447,23 +464,48 @@ impl Registry {
         Ok((Arc::new(g), needed))
     }
 
-    /// What a model in `path` takes when resident: its file (the weights are mapped from
-    /// it) and its KV pool (none for an encoder), from the GGUF header alone.
-    fn price(&self, path: &Path) -> Result<u64, String> {
+    /// The one kernel pool every model loaded from a file runs on.
+    fn pool(&self) -> &Arc<ThreadPool> {
+        self.pool
+            .get_or_init(|| Arc::new(ThreadPool::new(self.config.threads.max(1))))
+    }
+
+    /// The draft model's file, if `id` is the default model and one is configured.
+    fn draft_path(&self, id: &str) -> Option<PathBuf> {
+        let draft = self.config.draft.clone()?;
+        let t = self.table();
+        // With no entry yet, `id` is the first model: the default.
+        let default = t.entries.first().is_none_or(|e| e.id == id);
+        default.then_some(draft)
+    }
+
+    /// What model `id` in `path` takes when resident: its file (the weights are mapped from
+    /// it) and its KV pool (none for an encoder), and its draft model's file and KV, from the
+    /// GGUF headers alone.
+    fn price(&self, id: &str, path: &Path) -> Result<u64, String> {
         let file = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
         let config = ModelConfig::read(path).map_err(|e| e.to_string())?;
         if config.arch.is_encoder() {
             // An encoder never writes its KV pool, so its zeroed pages are never resident.
             return Ok(file);
         }
-        let limits = Limits::new(
+        let (draft_file, draft_kv) = match self.draft_path(id) {
+            Some(d) => {
+                let bytes = std::fs::metadata(&d).map_err(|e| e.to_string())?.len();
+                let c = ModelConfig::read(&d).map_err(|e| e.to_string())?;
+                (bytes, Some(c.kv_shape()))
+            }
+            None => (0, None),
+        };
+        let limits = Limits::with_draft(
             &self.config.scheduler,
             config.kv_shape(),
+            draft_kv,
             config.context_length,
             config.n_vocab,
         )
         .map_err(|e| e.to_string())?;
-        Ok(file + limits.pool_bytes())
+        Ok(file + draft_file + limits.pool_bytes())
     }
 
     /// Unloads every idle model whose keep-alive has run out.

@@ -1,9 +1,14 @@
 //! Speculative decoding through the HTTP API: `speculative` on every protocol changes how
 //! many steps a reply takes, never the reply; the drafted tokens are reported in the usage;
-//! a bad value is a 400 naming the parameter.
+//! a bad value is a 400 naming the parameter. A draft model (`--model-draft`) is one more
+//! source of guesses under the same rule.
 
-use ferrox_sched::{SchedulerConfig, SpecConfig};
-use ferrox_server::ServerConfig;
+use std::sync::Arc;
+
+use ferrox_engine::synthetic::{self, SyntheticSpec};
+use ferrox_engine::Arch;
+use ferrox_sched::{SchedulerConfig, SpecConfig, SpecKind};
+use ferrox_server::{AppState, ModelsConfig, ServerConfig};
 use serde_json::{json, Value};
 
 use crate::common::{synthetic_state, tiny, TestServer};
@@ -149,4 +154,136 @@ async fn bad_speculative_values_are_400_naming_the_parameter() {
             );
         }
     }
+}
+
+/// A server over the tiny model with `draft` (a GGUF written to a file) as its draft model,
+/// verifying every guess (`adaptive: false`).
+fn drafted_state(draft: &SyntheticSpec, name: &str) -> Result<AppState, String> {
+    let path =
+        std::env::temp_dir().join(format!("ferrox-draft-{}-{name}.gguf", std::process::id()));
+    std::fs::write(&path, synthetic::build_gguf(draft)).unwrap();
+    let models = ModelsConfig {
+        scheduler: SchedulerConfig {
+            speculation: SpecConfig {
+                kind: SpecKind::Draft,
+                adaptive: false,
+                n_max: 6,
+                ..SpecConfig::default()
+            },
+            ..SchedulerConfig::default()
+        },
+        draft: Some(path.clone()),
+        ..ModelsConfig::default()
+    };
+    let state = AppState::new(ServerConfig::default(), models);
+    let model = synthetic::load(&tiny(), 1).expect("synthetic model loads");
+    let served = state.models.insert("synthetic", Arc::new(model));
+    let _ = std::fs::remove_file(&path);
+    served?;
+    state.set_ready();
+    Ok(state)
+}
+
+/// Greedy and seeded replies over every protocol, with and without speculation: the same
+/// text, and the drafted and accepted counts from the usage of the chat and completions
+/// replies.
+async fn same_with_and_without(s: &TestServer) -> (u64, u64) {
+    let (mut drafted, mut accepted) = (0, 0);
+    for prompt in PROMPTS {
+        let messages = json!([{"role": "user", "content": prompt}]);
+        let cases: Vec<(&str, Value, &str)> = vec![
+            (
+                "/v1/completions",
+                json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true,
+                       "logprobs": 3}),
+                "/choices/0/text",
+            ),
+            (
+                "/v1/chat/completions",
+                json!({"messages": messages, "max_tokens": 24, "temperature": 0, "ignore_eos": true}),
+                "/choices/0/message/content",
+            ),
+            (
+                "/v1/messages",
+                json!({"model": "synthetic", "messages": messages, "max_tokens": 24,
+                       "temperature": 0}),
+                "/content/0/text",
+            ),
+            (
+                "/completion",
+                json!({"prompt": prompt, "n_predict": 24, "temperature": 0.9, "seed": 3}),
+                "/content",
+            ),
+            (
+                "/api/generate",
+                json!({"model": "synthetic", "prompt": prompt, "stream": false,
+                       "options": {"temperature": 0, "num_predict": 24}}),
+                "/response",
+            ),
+        ];
+        for (path, body, text) in cases {
+            let (status, plain) = s
+                .post(path, with(body.clone(), &json!({"speculative": false})))
+                .await;
+            assert_eq!(status, 200, "{path}: {plain}");
+            let (status, spec) = s.post(path, body).await;
+            assert_eq!(status, 200, "{path}: {spec}");
+            assert!(
+                plain.pointer(text).is_some(),
+                "{path}: no {text} in {plain}"
+            );
+            assert_eq!(spec.pointer(text), plain.pointer(text), "{path}");
+            if path.starts_with("/v1/c") {
+                assert_eq!(
+                    spec["choices"][0]["logprobs"],
+                    plain["choices"][0]["logprobs"]
+                );
+                let details = &spec["usage"]["completion_tokens_details"];
+                let (a, r) = (
+                    details["accepted_prediction_tokens"].as_u64().unwrap(),
+                    details["rejected_prediction_tokens"].as_u64().unwrap(),
+                );
+                accepted += a;
+                drafted += a + r;
+            }
+        }
+    }
+    (drafted, accepted)
+}
+
+/// A draft model of the same vocabulary but other weights: its guesses are verified, and
+/// every protocol's reply is the plain one.
+#[tokio::test]
+async fn a_draft_model_changes_no_reply_on_any_protocol() {
+    let other = SyntheticSpec {
+        context_length: 512,
+        ..SyntheticSpec::tiny(Arch::Gemma3, 99)
+    };
+    let s = TestServer::start(drafted_state(&other, "other").unwrap()).await;
+    let (drafted, _) = same_with_and_without(&s).await;
+    assert!(drafted > 20, "too few guesses verified: {drafted}");
+}
+
+/// The model drafting for itself: every greedy guess is right, so every one the chat and
+/// completions replies verified was accepted.
+#[tokio::test]
+async fn a_model_drafting_for_itself_has_every_greedy_guess_accepted() {
+    let s = TestServer::start(drafted_state(&tiny(), "self").unwrap()).await;
+    let (drafted, accepted) = same_with_and_without(&s).await;
+    assert!(drafted > 20, "too few guesses verified: {drafted}");
+    assert_eq!(accepted, drafted);
+}
+
+/// A draft model whose vocabulary differs is refused when the model starts, saying why.
+#[test]
+fn a_draft_of_another_vocabulary_is_refused_by_name() {
+    let other = SyntheticSpec {
+        n_vocab: 300,
+        ..tiny()
+    };
+    let err = drafted_state(&other, "vocab").err().expect("refused");
+    assert!(
+        err.contains("vocabulary differs") && err.contains("300"),
+        "{err}"
+    );
 }

@@ -1,0 +1,143 @@
+//! The worker's choice of drafts: which decoding rows verify drafted tokens this step, and
+//! how many (`crate::speculate` weighs them against the measured step costs), from prompt
+//! lookup or from the draft model (`crate::draft_model`). Kept apart from the tick itself,
+//! which only asks for the plan.
+
+use std::collections::HashMap;
+
+use crate::draft_model::DraftAsk;
+use crate::model::StepModel;
+use crate::request::RequestId;
+use crate::speculate::{allocate, draft_lengths};
+
+use super::Worker;
+
+impl<M: StepModel> Worker<M> {
+    /// Every decoding row, in admission order, with the drafted tokens it verifies this step
+    /// (`crate::speculate` decides how many from the measured step costs). A draft uses the
+    /// row's blocks, and takes more only from free ones, and only while the pool keeps one for
+    /// every row in the batch: a guess never costs another row its next block, nor the cache
+    /// a prefix.
+    pub(super) fn plan_drafts(&mut self) -> Vec<(RequestId, usize)> {
+        let decoding: Vec<RequestId> = (self.order.iter())
+            .copied()
+            .filter(|id| self.rows[id].is_decoding())
+            .collect();
+        let mut candidates = Vec::new();
+        let mut drafting = Vec::new();
+        // Blocks a draft may take: free ones only (a guess never evicts a cached prefix), and
+        // never the one block per row that growing rows may need.
+        let pool = self.pool.stats();
+        let mut spare = pool
+            .free
+            .min(pool.available.saturating_sub(self.rows.len()));
+        let block = self.limits.block_size_tokens;
+        if self.draft.is_some() {
+            self.draft_with_model(&decoding, spare * block);
+        }
+        for &id in &decoding {
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            if let Some(mut c) = row.draft_candidate() {
+                // No more than the row's blocks and the spare ones could hold, so that the
+                // allocation is made on positions that can run.
+                c.available = c.available.min(row.draft_room() + spare * block);
+                candidates.push(c);
+                drafting.push(id);
+            }
+        }
+        let take = match self.draft {
+            // The model's guesses were sized with their cost counted: verify them whole.
+            Some(_) => candidates.iter().map(|c| c.available).collect(),
+            None => allocate(
+                &self.step_costs,
+                decoding.len(),
+                &candidates,
+                self.spec.adaptive,
+            ),
+        };
+        let mut drafts: HashMap<RequestId, usize> = HashMap::new();
+        for ((id, mut n), c) in drafting.into_iter().zip(take).zip(&candidates) {
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            while n > row.draft_room() && spare > 0 && row.grow().is_ok() {
+                spare -= 1;
+            }
+            n = n.min(row.draft_room());
+            if n < c.n_min {
+                n = 0; // cut short by the blocks, below the row's minimum: none
+            }
+            row.set_draft(n);
+            drafts.insert(id, n);
+        }
+        (decoding.into_iter())
+            .map(|id| (id, drafts.get(&id).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    /// Has the draft model guess the next tokens of the `decoding` rows that speculate, as
+    /// many as `crate::speculate::draft_lengths` finds worth their cost (none for a row
+    /// whose blocks, with `spare_positions` more, or the draft's context cannot hold them),
+    /// and offers each row its guess for [`Row::draft_candidate`].
+    fn draft_with_model(&mut self, decoding: &[RequestId], spare_positions: usize) {
+        let Some(draft) = self.draft.as_mut() else {
+            return;
+        };
+        let mut asking = Vec::new();
+        let mut terms = Vec::new();
+        for &id in decoding {
+            let row = &self.rows[&id];
+            let Some(limit) = row.draft_limit() else {
+                continue;
+            };
+            let context_left = draft.max_context().saturating_sub(row.tokens().len());
+            let limit = (limit.min(row.draft_room() + spare_positions)).min(context_left);
+            if let Some(t) = row.draft_terms(limit).filter(|_| limit > 0) {
+                asking.push(id);
+                terms.push(t);
+            }
+        }
+        let catch_up = (asking.iter())
+            .map(|id| draft.behind(*id, self.rows[id].tokens()))
+            .sum();
+        let lengths = draft_lengths(
+            &self.step_costs,
+            |per_row| draft.cost(catch_up, per_row),
+            decoding.len(),
+            &terms,
+            self.spec.adaptive,
+        );
+        let asks: Vec<DraftAsk<'_>> = (asking.iter().zip(&lengths))
+            .filter(|&(_, &k)| k > 0)
+            .map(|(&id, &max)| DraftAsk {
+                id,
+                tokens: self.rows[&id].tokens(),
+                max,
+            })
+            .collect();
+        let guesses = if asks.is_empty() {
+            Vec::new()
+        } else {
+            draft.propose(&asks)
+        };
+        let drafted: Vec<RequestId> = asks.iter().map(|a| a.id).collect();
+        for id in decoding {
+            let row = self
+                .rows
+                .get_mut(id)
+                .expect("ordered rows are in the batch");
+            row.offer_draft(&[]);
+        }
+        for (id, guess) in drafted.into_iter().zip(guesses) {
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            row.offer_draft(&guess);
+        }
+    }
+}
