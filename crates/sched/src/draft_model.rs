@@ -27,7 +27,7 @@ use ferrox_engine::kv::{BlockId, SeqChunk};
 
 use crate::model::StepModel;
 use crate::request::RequestId;
-use crate::speculate::StepCosts;
+use crate::speculate::{Acceptance, StepCosts};
 
 /// One row's table in the draft's KV.
 #[derive(Debug, Default)]
@@ -57,6 +57,9 @@ pub(crate) struct DraftModel<M: StepModel> {
     seqs: HashMap<RequestId, DraftSeq>,
     /// Measured wall time of draft forwards, by the positions they carried.
     costs: StepCosts,
+    /// How often the draft's guesses were accepted lately, over every row: where a new row's
+    /// estimate starts.
+    acceptance: Acceptance,
     logits: Vec<f32>,
     hidden: Vec<f32>,
 }
@@ -66,16 +69,47 @@ impl<M: StepModel> DraftModel<M> {
     /// shape.
     pub(crate) fn new(model: Arc<M>, block_size: usize, n_blocks: usize) -> Self {
         let kv = model.new_kv(model.kv_shape(), block_size, n_blocks);
-        Self {
+        let mut draft = Self {
             model,
             kv,
             block_size,
             free: (0..n_blocks as BlockId).rev().collect(),
             seqs: HashMap::new(),
             costs: StepCosts::default(),
+            acceptance: Acceptance::default(),
             logits: Vec::new(),
             hidden: Vec::new(),
-        }
+        };
+        draft.warm_up();
+        draft
+    }
+
+    /// One untimed forward of one token into a free block, before any is timed: the first
+    /// forward of a freshly mapped model faults its weights in and costs many times a normal
+    /// one, and a draft timed at that cost would never be tried again. What it writes is
+    /// never read (no row's table holds the block yet).
+    fn warm_up(&mut self) {
+        let Some(&block) = self.free.last() else {
+            return;
+        };
+        let chunk = SeqChunk {
+            tokens: &[0],
+            start_pos: 0,
+            blocks: &[block],
+            logit_rows: 1,
+            want_hidden: false,
+        };
+        let _ = (self.model).forward(&mut self.kv, &[chunk], &mut self.logits, &mut self.hidden);
+    }
+
+    /// The draft's acceptance record over every row.
+    pub(crate) fn acceptance(&self) -> &Acceptance {
+        &self.acceptance
+    }
+
+    /// After a verify step: `compared` of a row's guesses were compared, `matched` accepted.
+    pub(crate) fn record(&mut self, compared: usize, matched: usize) {
+        self.acceptance.record(compared, matched);
     }
 
     /// The longest sequence the draft model takes.
@@ -90,22 +124,22 @@ impl<M: StepModel> DraftModel<M> {
         }
     }
 
-    /// Positions of `tokens` the draft must compute before its first guess: those past the
-    /// longest prefix it wrote that agrees with them.
-    pub(crate) fn behind(&self, id: RequestId, tokens: &[u32]) -> usize {
-        tokens.len() - self.seqs.get(&id).map_or(0, |s| valid_prefix(s, tokens))
-    }
-
-    /// The estimated seconds of drafting `per_row[r]` tokens for each row, whose catch-up
-    /// comes to `catch_up` positions in all: the first forward carries the catch-up, each
-    /// later one a position for every row still drafting. `None` until a forward was timed.
-    pub(crate) fn cost(&self, catch_up: usize, per_row: &[usize]) -> Option<f64> {
+    /// The estimated seconds of drafting `per_row[r]` tokens for each row: a forward per
+    /// guessed position, each carrying a position for every row still drafting. `None` until
+    /// a forward was timed.
+    ///
+    /// The first forward also catches each row up on the tokens it has not seen (the prompt,
+    /// the last step's own token, whatever came while the row stood down), which is charged
+    /// as one position a row: its extra positions need no logits, so they cost a draft model
+    /// far less than the guesses do, and charging a row that stood down for everything it
+    /// missed would keep it standing down for good.
+    pub(crate) fn cost(&self, per_row: &[usize]) -> Option<f64> {
         let longest = per_row.iter().copied().max().unwrap_or(0);
         if longest == 0 {
             return Some(0.0);
         }
-        let mut secs = self.costs.cost(catch_up)?;
-        for j in 2..=longest {
+        let mut secs = 0.0;
+        for j in 1..=longest {
             let rows = per_row.iter().filter(|&&k| k >= j).count();
             secs += self.costs.cost(rows)?;
         }

@@ -145,6 +145,18 @@ pub(crate) struct Drawn {
     pub(crate) finish: Option<Finish>,
 }
 
+impl Drawn {
+    /// Drafted tokens compared with the model's draws: the matched ones, and the first
+    /// mismatch if the row went on (those after it never are).
+    pub(crate) fn compared(&self) -> usize {
+        if self.finish.is_none() && self.matched < self.drafted {
+            self.matched + 1
+        } else {
+            self.matched
+        }
+    }
+}
+
 /// A row's draw in one step ([`Row::sample`]).
 pub(crate) struct Sampled {
     id: u32,
@@ -477,6 +489,15 @@ impl Row {
         })
     }
 
+    /// Until one of its drafts has been verified, the row's acceptance record is `prior` (a
+    /// draft model's record over every row: how often its guesses are right is a property of
+    /// the pair of models more than of the request).
+    pub(crate) fn adopt_prior(&mut self, prior: &Acceptance) {
+        if let Some(spec) = self.spec.as_mut().filter(|s| s.drafted == 0) {
+            spec.acceptance = prior.clone();
+        }
+    }
+
     /// The draft model's guess at the row's next tokens, for this step's
     /// [`Self::draft_candidate`].
     pub(crate) fn offer_draft(&mut self, guess: &[u32]) {
@@ -652,12 +673,7 @@ impl Row {
         }
         self.advance(drawn.matched);
         if let Some(spec) = &mut self.spec {
-            let compared = if drawn.finish.is_none() && drawn.matched < drawn.drafted {
-                drawn.matched + 1
-            } else {
-                drawn.matched
-            };
-            spec.acceptance.record(compared, drawn.matched);
+            spec.acceptance.record(drawn.compared(), drawn.matched);
             spec.drafted += drawn.drafted;
             spec.accepted += drawn.matched;
             spec.verify.clear();

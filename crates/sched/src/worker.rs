@@ -550,6 +550,9 @@ impl<M: StepModel> Worker<M> {
                 .get_mut(&id)
                 .expect("sampled rows are in the batch");
             row.settle(&drawn);
+            if let Some(draft) = self.draft.as_mut().filter(|_| drawn.drafted > 0) {
+                draft.record(drawn.compared(), drawn.matched);
+            }
             self.stats.spec_drafted += drawn.drafted as u64;
             self.stats.spec_accepted += drawn.matched as u64;
             if i < plan.decode_rows {

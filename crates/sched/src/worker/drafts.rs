@@ -90,7 +90,11 @@ impl<M: StepModel> Worker<M> {
         let mut asking = Vec::new();
         let mut terms = Vec::new();
         for &id in decoding {
-            let row = &self.rows[&id];
+            let row = self
+                .rows
+                .get_mut(&id)
+                .expect("ordered rows are in the batch");
+            row.adopt_prior(draft.acceptance());
             let Some(limit) = row.draft_limit() else {
                 continue;
             };
@@ -101,15 +105,21 @@ impl<M: StepModel> Worker<M> {
                 terms.push(t);
             }
         }
-        let catch_up = (asking.iter())
-            .map(|id| draft.behind(*id, self.rows[id].tokens()))
-            .sum();
         let lengths = draft_lengths(
             &self.step_costs,
-            |per_row| draft.cost(catch_up, per_row),
+            |per_row| draft.cost(per_row),
             decoding.len(),
             &terms,
             self.spec.adaptive,
+        );
+        tracing::debug!(
+            ?lengths,
+            rate = terms.first().map(|t| t.rate),
+            base = self.step_costs.cost(decoding.len()),
+            two = self.step_costs.cost(decoding.len() + 1),
+            draft_one = draft.cost(&[1]),
+            draft_four = draft.cost(&[4]),
+            "draft plan"
         );
         let asks: Vec<DraftAsk<'_>> = (asking.iter().zip(&lengths))
             .filter(|&(_, &k)| k > 0)
