@@ -22,6 +22,11 @@ pub enum Arch {
     Qwen3Moe,
     /// OLMoE: RMSNorm over the whole Q and K projections (not per head), every FFN routed.
     Olmoe,
+    /// OLMo 2: no norm before either block, an RMSNorm after each (before the residual add),
+    /// and OLMoE's whole-projection Q/K norm. (OLMo 3's sliding window is refused.)
+    Olmo2,
+    /// SmolLM 3: Llama's layout, with every fourth layer attending without RoPE.
+    SmolLm3,
     /// Phi-3 / Phi-4: Q/K/V fused in `attn_qkv`, gate and up fused in `ffn_up`.
     Phi3,
     /// IBM Granite 3: Llama's layout with multipliers on the embeddings, each block's output,
@@ -52,6 +57,8 @@ impl Arch {
             "qwen3" => Ok(Arch::Qwen3),
             "qwen3moe" => Ok(Arch::Qwen3Moe),
             "olmoe" => Ok(Arch::Olmoe),
+            "olmo2" => Ok(Arch::Olmo2),
+            "smollm3" => Ok(Arch::SmolLm3),
             "bert" => Ok(Arch::Bert),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         }
@@ -70,6 +77,8 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Olmoe => "olmoe",
+            Arch::Olmo2 => "olmo2",
+            Arch::SmolLm3 => "smollm3",
             Arch::Bert => "bert",
         }
     }
@@ -84,12 +93,19 @@ impl Arch {
         matches!(self, Arch::Gemma2 | Arch::Gemma3)
     }
 
+    /// Whether each block's input is normed (every decoder but OLMo 2, which norms the
+    /// blocks' outputs instead).
+    pub fn has_pre_norms(self) -> bool {
+        self != Arch::Olmo2
+    }
+
     /// How the family normalises Q and K before RoPE, if it does.
     pub fn qk_norm(self) -> Option<QkNorm> {
         match self {
             Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => Some(QkNorm::PerHead),
-            Arch::Olmoe => Some(QkNorm::Whole),
+            Arch::Olmoe | Arch::Olmo2 => Some(QkNorm::Whole),
             Arch::Gemma2
+            | Arch::SmolLm3
             | Arch::Llama
             | Arch::Qwen2
             | Arch::Phi3
@@ -106,7 +122,7 @@ impl Arch {
 pub enum QkNorm {
     /// Each head's `head_dim` values, one weight vector shared by the heads (Gemma 3, Qwen 3).
     PerHead,
-    /// The whole projection of a token, one weight per value (OLMoE).
+    /// The whole projection of a token, one weight per value (OLMoE, OLMo 2).
     Whole,
 }
 
@@ -204,6 +220,9 @@ pub struct ModelConfig {
     /// The same for sliding-window layers (Gemma 3's are unscaled; Gemma 2's and gpt-oss's
     /// share the global scale).
     pub rope_freq_scale_swa: f32,
+    /// Every `no_rope_period`-th layer (il % period == period - 1) has no RoPE (SmolLM 3:
+    /// 4, as llama.cpp fixes it); 0: every layer ropes.
+    pub no_rope_period: usize,
     /// YaRN, when the file asks for it (`rope.scaling.type = yarn`).
     pub yarn: Option<Yarn>,
     /// Sliding-window size in tokens; 0 = every layer is global.
@@ -361,6 +380,15 @@ impl ModelConfig {
             Arch::Gemma3 => opt_usize(f, &key("attention.sliding_window"))?.unwrap_or(0),
             Arch::Gemma2 => opt_usize(f, &key("attention.sliding_window"))?.unwrap_or(4096),
             Arch::GptOss => get_usize(f, &key("attention.sliding_window"))?,
+            Arch::Olmo2 => match opt_usize(f, &key("attention.sliding_window"))? {
+                Some(w) if w > 0 => {
+                    return Err(bad(
+                        &key("attention.sliding_window"),
+                        "OLMo 3's sliding-window layers are unsupported",
+                    ))
+                }
+                _ => 0,
+            },
             _ => 0,
         };
         let big_gemma =
@@ -377,10 +405,10 @@ impl ModelConfig {
         let (rope_style, activation) = match arch {
             Arch::Gemma3 | Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh),
             Arch::Phi3 | Arch::GptOss => (RopeStyle::Neox, Activation::Silu),
-            Arch::Llama | Arch::Granite | Arch::GraniteMoe => {
+            Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3 => {
                 (RopeStyle::Interleaved, Activation::Silu)
             }
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe => {
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe | Arch::Olmo2 => {
                 (RopeStyle::Neox, Activation::Silu)
             }
             // No rotary embedding (learned positions); GELU as llama.cpp computes it.
@@ -418,6 +446,7 @@ impl ModelConfig {
                 Arch::Gemma2 | Arch::GptOss => rope_freq_scale,
                 _ => 1.0,
             },
+            no_rope_period: if arch == Arch::SmolLm3 { 4 } else { 0 },
             yarn,
             activation,
             scale_embeddings: arch.is_gemma(),
@@ -442,6 +471,11 @@ impl ModelConfig {
     /// Whether layer `il` attends only to the last `sliding_window` positions.
     pub fn is_sliding(&self, il: usize) -> bool {
         self.sliding_window > 0 && il % self.swa_period != self.swa_period - 1
+    }
+
+    /// Whether layer `il` rotates its queries and keys.
+    pub fn ropes(&self, il: usize) -> bool {
+        self.no_rope_period == 0 || il % self.no_rope_period != self.no_rope_period - 1
     }
 
     /// K/V width of one token in one layer.

@@ -550,7 +550,7 @@ impl Model {
         let eps = cfg.rms_eps;
 
         // Attention block.
-        normed(pool, &mut s.h, &s.x, d, &lw.attn_norm, eps);
+        normed(pool, &mut s.h, &s.x, d, lw.attn_norm.as_deref(), eps);
         self.matmul_shared(
             &mut s.acts,
             &s.h,
@@ -562,6 +562,7 @@ impl Model {
         add_bias(&mut s.v, lw.bv.as_deref());
         let sliding = cfg.is_sliding(il);
         let rope = if sliding { &s.rope_swa } else { &s.rope_global };
+        let ropes = cfg.ropes(il);
         let style = cfg.rope_style;
         let (mut q_norm, mut k_norm) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
         if cfg.arch.qk_norm() == Some(QkNorm::Whole) {
@@ -575,7 +576,7 @@ impl Model {
             rope_heads(
                 row,
                 hd,
-                rope.row(r),
+                ropes.then(|| rope.row(r)),
                 q_norm,
                 Some(cfg.attn_scale),
                 eps,
@@ -583,7 +584,15 @@ impl Model {
             )
         });
         par_rows(pool, &mut s.k, kvd, &|r, row| {
-            rope_heads(row, hd, rope.row(r), k_norm, None, eps, style)
+            rope_heads(
+                row,
+                hd,
+                ropes.then(|| rope.row(r)),
+                k_norm,
+                None,
+                eps,
+                style,
+            )
         });
         for (r, query) in queries.iter().enumerate() {
             let slot = kv.slot(il, query.blocks, query.pos);
@@ -613,7 +622,7 @@ impl Model {
         );
 
         // Feed-forward block.
-        normed(pool, &mut s.h, &s.x, d, &lw.ffn_norm, eps);
+        normed(pool, &mut s.h, &s.x, d, lw.ffn_norm.as_deref(), eps);
         match &lw.ffn {
             Ffn::Dense { gate, up, down } => {
                 self.matmul_shared(&mut s.acts, &s.h, n, [(gate, &mut s.gate), (up, &mut s.up)]);
@@ -647,20 +656,22 @@ impl Model {
     }
 }
 
-/// `h = norm(x)`, row by row: a block's input.
-fn normed(pool: &ThreadPool, h: &mut [f32], x: &[f32], d: usize, w: &[f32], eps: f32) {
+/// `h = norm(x)`, row by row: a block's input (`x` itself where the family norms none).
+fn normed(pool: &ThreadPool, h: &mut [f32], x: &[f32], d: usize, w: Option<&[f32]>, eps: f32) {
     par_rows(pool, h, d, &|r, h| {
         h.copy_from_slice(&x[r * d..(r + 1) * d]);
-        rms_norm(h, w, eps);
+        if let Some(w) = w {
+            rms_norm(h, w, eps);
+        }
     });
 }
 
-/// One row of queries or keys, head by head: the head's norm (Gemma 3, Qwen 3), RoPE, and for
-/// the queries the attention scale.
+/// One row of queries or keys, head by head: the head's norm (Gemma 3, Qwen 3), RoPE (but in
+/// SmolLM 3's layers without it), and for the queries the attention scale.
 fn rope_heads(
     row: &mut [f32],
     hd: usize,
-    (cos, sin): (&[f32], &[f32]),
+    rotation: Option<(&[f32], &[f32])>,
     norm: Option<&[f32]>,
     scale: Option<f32>,
     eps: f32,
@@ -670,7 +681,9 @@ fn rope_heads(
         if let Some(w) = norm {
             rms_norm(head, w, eps);
         }
-        rope_with(head, cos, sin, style);
+        if let Some((cos, sin)) = rotation {
+            rope_with(head, cos, sin, style);
+        }
         if let Some(a) = scale {
             head.iter_mut().for_each(|v| *v *= a);
         }

@@ -68,10 +68,11 @@ impl SyntheticSpec {
             arch,
             Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
         );
-        // Gemma 3's window pattern needs six layers to show, gpt-oss's alternation four.
+        // Gemma 3's window pattern needs six layers to show, gpt-oss's alternation and
+        // SmolLM 3's layer without RoPE four.
         let layers = match arch {
             a if a.is_gemma() => 6,
-            Arch::GptOss => 4,
+            Arch::GptOss | Arch::SmolLm3 => 4,
             _ => 2,
         };
         SyntheticSpec {
@@ -94,7 +95,10 @@ impl SyntheticSpec {
             } else {
                 0
             },
-            untied_output: matches!(arch, Arch::Llama | Arch::Olmoe | Arch::Phi3 | Arch::GptOss),
+            untied_output: matches!(
+                arch,
+                Arch::Llama | Arch::Olmoe | Arch::Olmo2 | Arch::Phi3 | Arch::GptOss
+            ),
             qkv_bias: matches!(arch, Arch::Qwen2 | Arch::GptOss),
             weight_type: GgmlType::F32,
             n_expert: if moe { 8 } else { 0 },
@@ -138,7 +142,7 @@ impl SyntheticSpec {
         s.n_embd = 128;
         s.n_layer = match arch {
             a if a.is_gemma() => 6,
-            Arch::GptOss => 4,
+            Arch::GptOss | Arch::SmolLm3 => 4,
             _ => 3,
         };
         s.n_head = 4;
@@ -185,6 +189,8 @@ impl SyntheticSpec {
             ("gpt-oss", SyntheticSpec::parity(Arch::GptOss, false)),
             ("granite", SyntheticSpec::parity(Arch::Granite, false)),
             ("granitemoe", SyntheticSpec::parity(Arch::GraniteMoe, false)),
+            ("olmo2", SyntheticSpec::parity(Arch::Olmo2, false)),
+            ("smollm3", SyntheticSpec::parity(Arch::SmolLm3, false)),
         ]
     }
 
@@ -432,7 +438,9 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     let fused = s.arch == Arch::Phi3;
     for il in 0..s.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
-        vector(&mut w, &p("attn_norm.weight"), d, 1.0);
+        if s.arch.has_pre_norms() {
+            vector(&mut w, &p("attn_norm.weight"), d, 1.0);
+        }
         if fused {
             tensor(&mut w, &p("attn_qkv.weight"), 1, q + 2 * kv, d, wt);
         } else {
@@ -463,7 +471,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             vector(&mut w, &p("attn_sinks.weight"), s.n_head, 6.0);
             // gpt-oss's pre-FFN norm goes by this name.
             vector(&mut w, &p("post_attention_norm.weight"), d, 1.0);
-        } else {
+        } else if s.arch.has_pre_norms() {
             vector(&mut w, &p("ffn_norm.weight"), d, 1.0);
         }
         if s.n_expert > 0 {
@@ -486,7 +494,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             tensor(&mut w, &p("ffn_up.weight"), 1, ff, d, wt);
             tensor(&mut w, &p("ffn_down.weight"), 1, d, ff, wt);
         }
-        if s.arch.is_gemma() {
+        if s.arch.is_gemma() || s.arch == Arch::Olmo2 {
             vector(&mut w, &p("post_attention_norm.weight"), d, 1.0);
             vector(&mut w, &p("post_ffw_norm.weight"), d, 1.0);
         }

@@ -58,7 +58,8 @@ impl Matrix {
 /// One transformer block's tensors. Optional ones exist only in some families.
 #[derive(Debug)]
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,
+    /// Norm of the attention block's input (every decoder but OLMo 2).
+    pub attn_norm: Option<Vec<f32>>,
     pub wq: Matrix,
     pub wk: Matrix,
     pub wv: Matrix,
@@ -74,11 +75,12 @@ pub struct LayerWeights {
     /// A learned logit per query head that joins every softmax and takes no value (gpt-oss's
     /// attention sinks).
     pub sinks: Option<Vec<f32>>,
-    /// Norm of the attention output before the residual add (Gemma).
+    /// Norm of the attention output before the residual add (Gemma, OLMo 2).
     pub post_attn_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
+    /// Norm of the FFN block's input (every decoder but OLMo 2).
+    pub ffn_norm: Option<Vec<f32>>,
     pub ffn: Ffn,
-    /// Norm of the FFN output before the residual add (Gemma).
+    /// Norm of the FFN output before the residual add (Gemma, OLMo 2).
     pub post_ffn_norm: Option<Vec<f32>>,
 }
 
@@ -189,8 +191,9 @@ impl Weights {
                     None => Ok(None),
                 }
             };
+            // Gemma norms both blocks' outputs, and OLMo 2 instead of their inputs.
             let post_norm = |s: &str| -> Result<Option<Vec<f32>>, EngineError> {
-                if gemma {
+                if gemma || !cfg.arch.has_pre_norms() {
                     vector(f, &p(s), d).map(Some)
                 } else {
                     Ok(None)
@@ -212,7 +215,10 @@ impl Weights {
                 )
             };
             layers.push(LayerWeights {
-                attn_norm: vector(f, &p("attn_norm.weight"), d)?,
+                attn_norm: match cfg.arch.has_pre_norms() {
+                    true => Some(vector(f, &p("attn_norm.weight"), d)?),
+                    false => None,
+                },
                 wq,
                 wk,
                 wv,
@@ -230,8 +236,9 @@ impl Weights {
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 // gpt-oss names its pre-FFN norm `post_attention_norm`.
                 ffn_norm: match cfg.arch {
-                    Arch::GptOss => vector(f, &p("post_attention_norm.weight"), d)?,
-                    _ => vector(f, &p("ffn_norm.weight"), d)?,
+                    Arch::GptOss => Some(vector(f, &p("post_attention_norm.weight"), d)?),
+                    a if !a.has_pre_norms() => None,
+                    _ => Some(vector(f, &p("ffn_norm.weight"), d)?),
                 },
                 ffn: match &cfg.moe {
                     // Gate and up: two tensors, or one `ffn_up` of both (Phi-3: gate rows first).

@@ -6,7 +6,7 @@
 //! Gemma 2's soft-caps, Phi-3's fused tensors, gpt-oss's sinks, biases, YaRN and gating, tied/untied heads and the experts'
 //! routing (Qwen3-MoE, OLMoE, a Llama with experts) are checked.
 
-use ferrox_engine::synthetic::{build_gguf, SyntheticSpec};
+use ferrox_engine::synthetic::{self, build_gguf, SyntheticSpec};
 use ferrox_engine::{Arch, Model, ModelConfig, SeqChunk};
 use ferrox_gguf::{GgmlType, GgufFile};
 
@@ -63,7 +63,10 @@ impl Ref<'_> {
                 mag = m;
             }
             // Llama's families pair adjacent dimensions (the converter permuted their Q/K).
-            let interleaved = matches!(self.c.arch, Arch::Llama | Arch::Granite | Arch::GraniteMoe);
+            let interleaved = matches!(
+                self.c.arch,
+                Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3
+            );
             let (a, b) = if interleaved {
                 (2 * i, 2 * i + 1)
             } else {
@@ -200,7 +203,12 @@ impl Ref<'_> {
             let mut ks = Vec::new();
             let mut vs = Vec::new();
             for (pos, x) in xs.iter().enumerate() {
-                let h = self.rms(x, &self.w(&p("attn_norm.weight")));
+                // OLMo 2 norms no block's input.
+                let h = match self.t(&p("attn_norm.weight")) {
+                    Some(w) => self.rms(x, &w),
+                    None if c.arch == Arch::Olmo2 => x.clone(),
+                    None => panic!("layer {il} has no attn_norm"),
+                };
                 let mut q = Self::mv(&wq, &h);
                 let mut k = Self::mv(&wk, &h);
                 let mut v = Self::mv(&wv, &h);
@@ -228,7 +236,10 @@ impl Ref<'_> {
                             let normed = self.rms(head, w);
                             head.copy_from_slice(&normed);
                         }
-                        self.rope(head, pos, base, 1.0);
+                        // SmolLM 3: every fourth layer has no rotary embedding.
+                        if !(c.arch == Arch::SmolLm3 && (il + 1) % 4 == 0) {
+                            self.rope(head, pos, base, 1.0);
+                        }
                     }
                 }
                 qs.push(q);
@@ -312,7 +323,11 @@ impl Ref<'_> {
                 }
             };
             for x in xs.iter_mut() {
-                let h = self.rms(x, &self.w(&p("ffn_norm.weight")));
+                let h = match self.t(&p("ffn_norm.weight")) {
+                    Some(w) => self.rms(x, &w),
+                    None if c.arch == Arch::Olmo2 => x.clone(),
+                    None => panic!("layer {il} has no ffn_norm"),
+                };
                 let g = Self::mv(&wg, &h);
                 let u = Self::mv(&wu, &h);
                 let a: Vec<f64> = g
@@ -392,7 +407,7 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 11] = [
+const ARCHES: [Arch; 13] = [
     Arch::Gemma3,
     Arch::GptOss,
     Arch::Granite,
@@ -404,6 +419,8 @@ const ARCHES: [Arch; 11] = [
     Arch::Qwen3,
     Arch::Qwen3Moe,
     Arch::Olmoe,
+    Arch::Olmo2,
+    Arch::SmolLm3,
 ];
 
 #[test]
@@ -463,4 +480,23 @@ fn quantized_weights_track_the_f64_reference() {
         // int8 activations (as llama.cpp) cost about 1 % of the spread on random weights.
         assert!(rel < 3e-2, "{arch:?} {ty:?}: {rel}");
     }
+}
+
+/// OLMo 3 is `olmo2` with sliding-window layers, which nothing here computes: refused by
+/// its key, never run as OLMo 2.
+#[test]
+fn olmo3s_sliding_window_is_refused_by_key() {
+    let spec = SyntheticSpec {
+        sliding_window: 8,
+        ..SyntheticSpec::tiny(Arch::Olmo2, 7)
+    };
+    let err = synthetic::load(&spec, 1)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("olmo2.attention.sliding_window") && err.contains("OLMo 3"),
+        "{err}"
+    );
+    assert!(synthetic::load(&SyntheticSpec::tiny(Arch::Olmo2, 7), 1).is_ok());
 }
