@@ -60,6 +60,8 @@ pub(crate) struct DraftModel<M: StepModel> {
     /// How often the draft's guesses were accepted lately, over every row: where a new row's
     /// estimate starts.
     acceptance: Acceptance,
+    /// Seconds a forward's positions beyond one a row add (a catch-up's), running average.
+    catch_up_per_position: Option<f64>,
     logits: Vec<f32>,
     hidden: Vec<f32>,
 }
@@ -77,6 +79,7 @@ impl<M: StepModel> DraftModel<M> {
             seqs: HashMap::new(),
             costs: StepCosts::default(),
             acceptance: Acceptance::default(),
+            catch_up_per_position: None,
             logits: Vec::new(),
             hidden: Vec::new(),
         };
@@ -117,6 +120,18 @@ impl<M: StepModel> DraftModel<M> {
         self.model.max_context()
     }
 
+    /// Positions of `tokens` the draft must compute before its first guess: those past the
+    /// longest prefix it wrote that agrees with them.
+    pub(crate) fn behind(&self, id: RequestId, tokens: &[u32]) -> usize {
+        tokens.len() - self.seqs.get(&id).map_or(0, |s| valid_prefix(s, tokens))
+    }
+
+    /// The estimated seconds of catching up `positions` more positions than one a row in a
+    /// forward (0 until a catch-up was timed: tried once, so that it is).
+    pub(crate) fn catch_up_cost(&self, positions: usize) -> f64 {
+        self.catch_up_per_position.unwrap_or(0.0) * positions as f64
+    }
+
     /// Drops row `id`'s table (retired, preempted, or its KV is suspect).
     pub(crate) fn forget(&mut self, id: RequestId) {
         if let Some(seq) = self.seqs.remove(&id) {
@@ -129,10 +144,8 @@ impl<M: StepModel> DraftModel<M> {
     /// a forward was timed.
     ///
     /// The first forward also catches each row up on the tokens it has not seen (the prompt,
-    /// the last step's own token, whatever came while the row stood down), which is charged
-    /// as one position a row: its extra positions need no logits, so they cost a draft model
-    /// far less than the guesses do, and charging a row that stood down for everything it
-    /// missed would keep it standing down for good.
+    /// the last step's own token, whatever came while the row stood down): that is charged
+    /// apart, [`Self::catch_up_cost`].
     pub(crate) fn cost(&self, per_row: &[usize]) -> Option<f64> {
         let longest = per_row.iter().copied().max().unwrap_or(0);
         if longest == 0 {
@@ -217,8 +230,17 @@ impl<M: StepModel> DraftModel<M> {
                 }
                 return out;
             }
-            self.costs
-                .record(positions, started.elapsed().as_secs_f64());
+            let secs = started.elapsed().as_secs_f64();
+            let rows = feeds.len();
+            if let Some(single) = (positions > 2 * rows)
+                .then(|| self.costs.cost(rows))
+                .flatten()
+            {
+                let per = (secs - single).max(0.0) / (positions - rows) as f64;
+                let avg = self.catch_up_per_position.get_or_insert(per);
+                *avg += 0.25 * (per - *avg);
+            }
+            self.costs.record(positions, secs);
             let mut next = Vec::with_capacity(live.len());
             for ((i, _, fed), row) in feeds.into_iter().zip(self.logits.chunks_exact(vocab)) {
                 let seq = self

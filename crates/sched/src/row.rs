@@ -626,6 +626,11 @@ impl Row {
         self.lease.writable(first..last)
     }
 
+    /// Tokens the row may still generate.
+    pub(crate) fn tokens_left(&self) -> usize {
+        self.max_tokens.saturating_sub(self.generated_tokens())
+    }
+
     pub(crate) fn generated_tokens(&self) -> usize {
         self.tokens.len() - self.prompt_tokens
     }

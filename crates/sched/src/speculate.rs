@@ -73,11 +73,19 @@ impl Acceptance {
     }
 }
 
+/// Steps a size's measurement may age before a plain step re-measures it
+/// ([`StepCosts::stale`]).
+pub(crate) const REFRESH_STEPS: u64 = 32;
+
 /// Measured wall time of decode-only steps, by the number of positions they carried.
 #[derive(Debug, Default)]
 pub(crate) struct StepCosts {
     /// `secs[n]`: the running average of steps of `n` positions, if any was measured.
     secs: Vec<Option<f64>>,
+    /// `seen[n]`: the value of `records` when size `n` was last measured.
+    seen: Vec<u64>,
+    /// Measurements recorded so far.
+    records: u64,
 }
 
 impl StepCosts {
@@ -88,12 +96,27 @@ impl StepCosts {
         }
         if self.secs.len() <= positions {
             self.secs.resize(positions + 1, None);
+            self.seen.resize(positions + 1, 0);
         }
+        self.records += 1;
+        self.seen[positions] = self.records;
         let slot = &mut self.secs[positions];
         *slot = Some(match *slot {
             Some(old) => old + COST_EWMA * (secs - old),
             None => secs,
         });
+    }
+
+    /// Whether steps of `n` positions were measured, but not within the last `max_age`
+    /// measurements. A step that always drafts never measures the plain step it is weighed
+    /// against: that estimate would stay whatever it was when drafting began (measured: one
+    /// noisy early step left it 25 % high, and a model drafting for itself kept drafting at
+    /// 0.76× the plain speed), so the worker runs a plain step now and then to refresh it.
+    pub(crate) fn stale(&self, n: usize, max_age: u64) -> bool {
+        match self.seen.get(n) {
+            Some(&at) if at > 0 => self.records - at > max_age,
+            _ => false,
+        }
     }
 
     /// The estimated cost of a step of `n` positions: measured, interpolated between the
@@ -402,6 +425,22 @@ mod tests {
         assert!((c.cost(17).unwrap() - 26.0).abs() < 1e-9);
         c.record(9, 22.0); // averaged in, not replaced
         assert!((c.cost(9).unwrap() - 19.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_size_not_measured_lately_is_stale() {
+        let mut c = StepCosts::default();
+        assert!(!c.stale(1, 4), "never measured: nothing to refresh");
+        c.record(1, 1.0);
+        for _ in 0..4 {
+            c.record(3, 1.0);
+        }
+        assert!(!c.stale(1, 4));
+        c.record(3, 1.0);
+        assert!(c.stale(1, 4));
+        assert!(!c.stale(3, 4));
+        c.record(1, 1.0);
+        assert!(!c.stale(1, 4));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::draft_model::DraftAsk;
 use crate::model::StepModel;
 use crate::request::RequestId;
-use crate::speculate::{allocate, draft_lengths};
+use crate::speculate::{allocate, draft_lengths, REFRESH_STEPS};
 
 use super::Worker;
 
@@ -23,6 +23,19 @@ impl<M: StepModel> Worker<M> {
             .copied()
             .filter(|id| self.rows[id].is_decoding())
             .collect();
+        // Now and then a plain step, so that the cost drafting is weighed against stays
+        // measured (`StepCosts::stale`).
+        if self.spec.adaptive && self.step_costs.stale(decoding.len(), REFRESH_STEPS) {
+            for id in &decoding {
+                let row = self
+                    .rows
+                    .get_mut(id)
+                    .expect("ordered rows are in the batch");
+                row.offer_draft(&[]);
+                row.set_draft(0);
+            }
+            return decoding.into_iter().map(|id| (id, 0)).collect();
+        }
         let mut candidates = Vec::new();
         let mut drafting = Vec::new();
         // Blocks a draft may take: free ones only (a guess never evicts a cached prefix), and
@@ -89,6 +102,8 @@ impl<M: StepModel> Worker<M> {
         };
         let mut asking = Vec::new();
         let mut terms = Vec::new();
+        // Per asking row: positions to catch up beyond the one a row, and tokens left.
+        let mut catch_up = Vec::new();
         for &id in decoding {
             let row = self
                 .rows
@@ -103,11 +118,21 @@ impl<M: StepModel> Worker<M> {
             if let Some(t) = row.draft_terms(limit).filter(|_| limit > 0) {
                 asking.push(id);
                 terms.push(t);
+                let behind = draft.behind(id, row.tokens()).saturating_sub(1);
+                catch_up.push((draft.catch_up_cost(behind), row.tokens_left().max(1)));
             }
         }
         let lengths = draft_lengths(
             &self.step_costs,
-            |per_row| draft.cost(per_row),
+            // A catch-up is paid once and serves every later step: each step's share is the
+            // catch-up over the row's tokens left, times the tokens the step may yield.
+            |per_row| {
+                let shares: f64 = (per_row.iter().zip(&catch_up))
+                    .filter(|(&k, _)| k > 0)
+                    .map(|(&k, &(secs, left))| secs * (1 + k) as f64 / left as f64)
+                    .sum();
+                draft.cost(per_row).map(|c| c + shares)
+            },
             decoding.len(),
             &terms,
             self.spec.adaptive,
