@@ -127,9 +127,16 @@ impl<M: StepModel> DraftModel<M> {
     }
 
     /// The estimated seconds of catching up `positions` more positions than one a row in a
-    /// forward (0 until a catch-up was timed: tried once, so that it is).
+    /// forward. Until a catch-up was timed, a position is taken to cost a tenth of a
+    /// one-row forward (the step costs' prior): assuming it free let a model drafting for
+    /// itself pay a 2,000-token prompt's catch-up on its first request (0.90× plain).
     pub(crate) fn catch_up_cost(&self, positions: usize) -> f64 {
-        self.catch_up_per_position.unwrap_or(0.0) * positions as f64
+        let per = self.catch_up_per_position.or_else(|| {
+            self.costs
+                .cost(1)
+                .map(|one| crate::speculate::PRIOR_POSITION_COST * one)
+        });
+        per.unwrap_or(0.0) * positions as f64
     }
 
     /// Drops row `id`'s table (retired, preempted, or its KV is suspect).

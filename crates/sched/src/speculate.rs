@@ -31,7 +31,7 @@ const PRIOR_WEIGHT: f64 = 2.0;
 /// matter.
 const DECAY: f64 = 0.9;
 /// Share of a step's measured cost per row assumed for one more position, until measured.
-const PRIOR_POSITION_COST: f64 = 0.1;
+pub(crate) const PRIOR_POSITION_COST: f64 = 0.1;
 /// Weight of a new measurement in a step-cost average.
 const COST_EWMA: f64 = 0.25;
 /// Steps of more positions than this are not tabulated (a decode step never has that many).
