@@ -229,6 +229,22 @@ fn serve_refuses_half_a_tls_pair_and_warns_about_an_open_bind_without_a_key() {
         "missing.gguf",
     ]);
     assert!(err.contains("--cors-origins"), "{err}");
+    // Speculation types that contradict the draft model flag, either way (llama-server's
+    // `-md` spelling included).
+    let err = serve(&[
+        "-md",
+        "d.gguf",
+        "--spec-type",
+        "ngram",
+        "-m",
+        "missing.gguf",
+    ]);
+    assert!(
+        err.contains("--model-draft") && err.contains("Ngram"),
+        "{err}"
+    );
+    let err = serve(&["--spec-type", "draft", "-m", "missing.gguf"]);
+    assert!(err.contains("needs --model-draft"), "{err}");
 }
 
 /// `ferrox bench model` writes a real shape (here Gemma 3 4B's, cut to two layers) in
