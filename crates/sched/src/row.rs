@@ -481,12 +481,10 @@ impl Row {
             Some(ngram) => ngram.propose(&self.tokens, max, &mut spec.proposal),
             None => spec.proposal.truncate(max),
         }
-        (!spec.proposal.is_empty()).then(|| Candidate {
-            rate: spec.acceptance.rate(),
-            available: spec.proposal.len(),
-            n_min: spec.n_min,
-            p_min: spec.p_min,
-        })
+        match spec.proposal.len() {
+            0 => None,
+            n => self.draft_terms(n),
+        }
     }
 
     /// Until one of its drafts has been verified, the row's acceptance record is `prior` (a

@@ -23,6 +23,32 @@ fn spec() -> Spec {
     }
 }
 
+/// Eight random runs of [`props::batched_equals_sequential_drafted`] on a tight pool, long
+/// outputs: drafted and accepted tokens, and preemptions, in all.
+fn speculate_under_load(
+    model: Arc<Probe<FakeModel>>,
+    draft: Option<Arc<Probe<FakeModel>>>,
+) -> (u64, u64, u64) {
+    let (mut drafted, mut accepted, mut preempted) = (0, 0, 0);
+    for seed in 0..8 {
+        let tight = Spec {
+            kv_blocks: 24,
+            max_new: 40,
+            ..spec()
+        };
+        let run = props::batched_equals_sequential_drafted(
+            Arc::clone(&model),
+            draft.clone(),
+            &tight,
+            seed,
+        );
+        drafted += run.drafted;
+        accepted += run.accepted;
+        preempted += run.preemptions;
+    }
+    (drafted, accepted, preempted)
+}
+
 /// Speculative decoding changes nothing either: on a model that mostly repeats itself, every
 /// draft prompt lookup finds is verified (many accepted, many rejected mid-draft), across
 /// random chunk sizes, batch mixes, preemptions and cancels, greedy and seeded sampling,
@@ -31,18 +57,7 @@ fn spec() -> Spec {
 #[test]
 fn speculative_equals_plain_under_random_arrivals_and_preemption() {
     let model = Arc::new(Probe::recording(FakeModel::repeating()));
-    let (mut drafted, mut accepted, mut preempted) = (0, 0, 0);
-    for seed in 0..8 {
-        let tight = Spec {
-            kv_blocks: 24,
-            max_new: 40,
-            ..spec()
-        };
-        let run = props::batched_equals_sequential(Arc::clone(&model), &tight, seed);
-        drafted += run.drafted;
-        accepted += run.accepted;
-        preempted += run.preemptions;
-    }
+    let (drafted, accepted, preempted) = speculate_under_load(model, None);
     assert!(
         accepted > 500,
         "too few drafts accepted: {accepted} of {drafted}"
@@ -69,23 +84,7 @@ fn draft_model_speculation_equals_plain_under_random_arrivals_and_preemption() {
         },
         ..FakeModel::hash()
     }));
-    let (mut drafted, mut accepted, mut preempted) = (0, 0, 0);
-    for seed in 0..8 {
-        let tight = Spec {
-            kv_blocks: 24,
-            max_new: 40,
-            ..spec()
-        };
-        let run = props::batched_equals_sequential_drafted(
-            Arc::clone(&model),
-            Some(Arc::clone(&draft)),
-            &tight,
-            seed,
-        );
-        drafted += run.drafted;
-        accepted += run.accepted;
-        preempted += run.preemptions;
-    }
+    let (drafted, accepted, preempted) = speculate_under_load(model, Some(draft));
     assert!(
         accepted > 300,
         "too few drafts accepted: {accepted} of {drafted}"

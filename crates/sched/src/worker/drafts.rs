@@ -31,7 +31,6 @@ impl<M: StepModel> Worker<M> {
                     .rows
                     .get_mut(id)
                     .expect("ordered rows are in the batch");
-                row.offer_draft(&[]);
                 row.set_draft(0);
             }
             return decoding.into_iter().map(|id| (id, 0)).collect();
