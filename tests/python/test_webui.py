@@ -169,7 +169,10 @@ def test_a_server_with_a_key_is_asked_for_it(browser):
         browser.get(base + "health")  # the same origin, no script: its storage set first
         browser.execute_script("localStorage.clear(); localStorage.setItem('ferrox.maxTokens', '\"8\"');")
         browser.get(base)
-        alert = wait(browser, lambda d: d.switch_to.alert)
+        # `switch_to.alert` raises until the prompt is up, and WebDriverWait only ignores
+        # missing elements by default: wait on the alert condition, which polls.
+        from selenium.webdriver.support import expected_conditions
+        alert = wait(browser, expected_conditions.alert_is_present())
         alert.send_keys("sk-page")
         alert.accept()
         wait(browser, lambda d: len(by_css(d, "#model option")) >= 1)
