@@ -40,9 +40,9 @@ pub struct SyntheticSpec {
     pub n_expert: usize,
     pub n_expert_used: usize,
     pub n_ff_exp: usize,
-    /// The last four vocabulary entries become fill-in-the-middle control tokens
-    /// (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`, `<|file_sep|>`), for `/infill`.
-    pub fim_tokens: bool,
+    /// The last vocabulary entries become these control tokens: [`FIM_TOKENS`] for
+    /// `/infill`, [`HARMONY_TOKENS`] for gpt-oss's chat format.
+    pub control_tokens: &'static [&'static str],
     /// Written as `{arch}.pooling_type` (llama.cpp's numbering) when set; an encoder writes
     /// 2 (CLS) unless this says otherwise.
     pub pooling_type: Option<usize>,
@@ -104,7 +104,7 @@ impl SyntheticSpec {
             n_expert: if moe { 8 } else { 0 },
             n_expert_used: if moe { 2 } else { 0 },
             n_ff_exp: if moe { 32 } else { 0 },
-            fim_tokens: false,
+            control_tokens: &[],
             pooling_type: None,
             chat_template: None,
             byte_tokens: true,
@@ -209,10 +209,29 @@ impl SyntheticSpec {
     }
 }
 
+/// Fill-in-the-middle markers (`/infill`).
+pub const FIM_TOKENS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<|fim_suffix|>",
+    "<|fim_middle|>",
+    "<|file_sep|>",
+];
+
+/// gpt-oss's harmony markers, control tokens as its GGUF has them (the loader makes
+/// `<|end|>` and the header markers text, as llama.cpp does).
+pub const HARMONY_TOKENS: &[&str] = &[
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|return|>",
+    "<|call|>",
+];
+
 /// The vocabulary every synthetic model shares: 4 specials, 256 byte tokens (unless
-/// `bytes` is false), then pieces
-/// (the last four FIM control tokens, with `fim`).
-fn vocab(n_vocab: usize, fim: bool, bytes: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+/// `bytes` is false), then pieces, the last of them replaced by `control` tokens.
+fn vocab(n_vocab: usize, control: &[&str], bytes: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
     let mut tokens = vec![
         "<pad>".to_string(),
         "<eos>".into(),
@@ -240,18 +259,10 @@ fn vocab(n_vocab: usize, fim: bool, bytes: bool) -> (Vec<Value>, Vec<Value>, Vec
         types.push(1);
         i += 1;
     }
-    if fim {
-        let names = [
-            "<|fim_prefix|>",
-            "<|fim_suffix|>",
-            "<|fim_middle|>",
-            "<|file_sep|>",
-        ];
-        for (k, name) in names.iter().enumerate() {
-            let at = tokens.len() - names.len() + k;
-            tokens[at] = name.to_string();
-            types[at] = 3;
-        }
+    for (k, name) in control.iter().enumerate() {
+        let at = tokens.len() - control.len() + k;
+        tokens[at] = name.to_string();
+        types[at] = 3;
     }
     let scores = (0..tokens.len()).map(|i| Value::F32(-(i as f32))).collect();
     (
@@ -366,7 +377,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             u32v(s.sliding_window),
         );
     }
-    let (tokens, scores, types) = vocab(s.n_vocab, s.fim_tokens, s.byte_tokens);
+    let (tokens, scores, types) = vocab(s.n_vocab, s.control_tokens, s.byte_tokens);
     w.add_metadata("tokenizer.ggml.model", Value::String("llama".into()));
     w.add_metadata("tokenizer.ggml.pre", Value::String("default".into()));
     w.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens));

@@ -84,7 +84,12 @@ pub async fn handle(Pinned { served, body }: Pinned) -> Result<Response, ApiErro
         if answer.called() && out.finish == Finish::EndOfTurn {
             body["stop_reason"] = json!("tool_use");
         }
-        body["content"] = json!(blocks);
+        // After the thinking and text blocks (a harmony model reasons, and may say
+        // something, before it calls).
+        body["content"]
+            .as_array_mut()
+            .expect("an array")
+            .extend(blocks);
     }
     Ok(Json(body).into_response())
 }

@@ -3,8 +3,11 @@
 //! ([`Answer::read`], which every adapter's buffered reply uses). Both run the family's one
 //! call reader (`core/tool_syntax.rs`) and the one reasoning splitter (`core/reasoning.rs`),
 //! so a streamed answer and a buffered one agree by construction: calls only once their
-//! object has closed, never the call markup as text.
+//! object has closed, never the call markup as text. gpt-oss's harmony answers, whose
+//! reasoning and calls are messages of one syntax, have their own reader
+//! (`core/harmony.rs`), chosen the same way for both.
 
+use crate::core::harmony::{self, HarmonyStream};
 use crate::core::reasoning::{self, Part, Splitter, Thinking};
 use crate::core::tool_syntax::{CallPiece, CallStream, ToolFormat};
 use crate::core::tools::{ToolCall, ToolChoice, Tools};
@@ -14,7 +17,8 @@ use crate::core::tools::{ToolCall, ToolChoice, Tools};
 pub struct Answer {
     /// A thinking model's reasoning, apart from the answer.
     pub reasoning: Option<String>,
-    /// The answer's text (the reasoning taken out); what the model wrote, calls or not.
+    /// The answer's text (the reasoning taken out). When it is calls, only what the model
+    /// said to the user beside them (a harmony preamble): call markup is never text.
     pub text: String,
     /// The calls, when the answer is calls (`None`: it is text). Only calls whose object
     /// closed count, so a cut answer may hold fewer than it began, or none.
@@ -30,11 +34,23 @@ impl Answer {
         format: ToolFormat,
         thinking: Option<Thinking>,
     ) -> Answer {
+        if let Some((reasoning, in_analysis)) = harmony_mode(tools, format, thinking) {
+            let (reasoning, text, calls) = harmony::read(text, tools, reasoning, in_analysis);
+            return Answer {
+                reasoning,
+                text,
+                calls,
+            };
+        }
         let (reasoning, text) = match thinking {
             Some(t) => reasoning::split(text, t),
             None => (None, text.to_string()),
         };
         let calls = tools.and_then(|t| format.parse(&t.choice, &text));
+        let text = match calls {
+            Some(_) => String::new(),
+            None => text,
+        };
         Answer {
             reasoning,
             text,
@@ -69,6 +85,26 @@ enum Mode {
     Call(CallStream),
     /// A thinking model's answer without tools: reasoning, then text.
     Thinking(Splitter),
+    /// A harmony answer: reasoning, text and calls as its messages say.
+    Harmony(HarmonyStream),
+}
+
+/// Whether an answer is read as harmony messages, and if so whether its analysis is
+/// reasoning and whether the prompt opened it: a harmony thinking model's, or any answer
+/// with tools of a model whose calls are harmony messages.
+fn harmony_mode(
+    tools: Option<&Tools>,
+    format: ToolFormat,
+    thinking: Option<Thinking>,
+) -> Option<(bool, bool)> {
+    let thinking = thinking.filter(|t| t.tags == reasoning::HARMONY);
+    let calls = tools.is_some() && matches!(format, ToolFormat::Harmony(_));
+    (thinking.is_some() || calls).then(|| {
+        (
+            thinking.is_some(),
+            thinking.is_some_and(|t| t.opened_by_prompt),
+        )
+    })
 }
 
 /// Turns the text of an answer, as it streams, into text or call pieces: a `required` or
@@ -95,6 +131,12 @@ impl AnswerStream {
         format: ToolFormat,
         thinking: Option<Thinking>,
     ) -> Self {
+        if let Some((reasoning, in_analysis)) = harmony_mode(tools, format, thinking) {
+            let stream = HarmonyStream::new(tools.is_some(), reasoning, in_analysis);
+            return AnswerStream {
+                mode: Mode::Harmony(stream),
+            };
+        }
         match (tools, thinking) {
             (Some(t), _) => Self::new(t, format),
             (None, Some(t)) => AnswerStream {
@@ -125,6 +167,7 @@ impl AnswerStream {
             Mode::Text => vec![AnswerPiece::Text(text.to_string())],
             Mode::Call(stream) => stream.push(text).into_iter().map(Into::into).collect(),
             Mode::Thinking(split) => split.push(text).into_iter().map(Into::into).collect(),
+            Mode::Harmony(stream) => stream.push(text),
         }
     }
 
@@ -134,6 +177,7 @@ impl AnswerStream {
             Mode::Undecided(_) | Mode::Text => (Vec::new(), false),
             Mode::Call(stream) => (Vec::new(), stream.called()),
             Mode::Thinking(split) => (split.finish().into_iter().map(Into::into).collect(), false),
+            Mode::Harmony(stream) => (stream.finish(), stream.called()),
         }
     }
 }

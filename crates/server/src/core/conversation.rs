@@ -47,7 +47,7 @@ pub fn prepare(
             }
             messages
         }
-        ToolFormat::Hermes | ToolFormat::Llama3 => messages,
+        ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::Harmony(_) => messages,
         ToolFormat::Generic => {
             let mut out = written_out(messages);
             if let Some(t) = tools {

@@ -51,6 +51,21 @@ pub struct GrammarRequest {
     pub param: String,
 }
 
+impl GrammarRequest {
+    /// The JSON schema of a structured answer asked for beside tools: a grammar or a regex
+    /// cannot be one (a tool grammar holds the answer as JSON).
+    pub fn structured(&self) -> Result<Value, ApiError> {
+        match &self.spec {
+            GrammarSpec::JsonObject => Ok(serde_json::json!({"type": "object"})),
+            GrammarSpec::JsonSchema(schema) => Ok(schema.clone()),
+            GrammarSpec::Lark(_) | GrammarSpec::Regex(_) => Err(ApiError::invalid(
+                self.param.clone(),
+                "a grammar cannot be combined with tools (a JSON schema can)",
+            )),
+        }
+    }
+}
+
 /// The compiler for one model, its token trie built on first use. Clones share the trie.
 #[derive(Clone)]
 pub struct Grammars {

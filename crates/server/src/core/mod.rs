@@ -16,7 +16,9 @@
 //!   [`conversation`]: the conversation as the model's template takes it (calls and results
 //!   written out for a template without tools); [`answer`]: an answer read as text,
 //!   reasoning or calls, streamed ([`answer::AnswerStream`]) or whole ([`answer::Answer`]);
-//! - [`reasoning`]: a thinking model's `<think>` block split from its answer;
+//! - [`reasoning`]: a thinking model's `<think>` block split from its answer; [`harmony`]:
+//!   gpt-oss's harmony messages — reasoning, text and calls in one syntax — read, and its
+//!   tool grammar;
 //! - [`fim`]: fill-in-the-middle prompts laid out with the model's FIM tokens;
 //! - [`stream`]: the stream driver, which asks a protocol's encoder what to send per event;
 //! - [`ids`]: random ids (and timestamps) for replies and stored objects;
@@ -31,6 +33,7 @@ pub mod fim;
 pub mod gbnf;
 pub mod generate;
 pub mod grammar;
+pub mod harmony;
 pub mod ids;
 pub mod reasoning;
 pub mod request;

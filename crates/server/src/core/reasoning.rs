@@ -11,11 +11,10 @@
 //! dropped. An answer cut off inside the block (`max_tokens`) is all reasoning.
 //!
 //! gpt-oss writes the same thing in OpenAI's harmony format: its reasoning is the
-//! `analysis` channel, `<|channel|>analysis<|message|>…`, and its answer the `final` channel
-//! after `<|start|>assistant<|channel|>final<|message|>` (the `<|end|>` between them is a
-//! control token and adds no text). An answer that goes straight to the final channel has
-//! no block; its `<|channel|>final<|message|>` marker is dropped. These are [`HARMONY`]'s
-//! tags; [`THINK`]'s are `<think>` and `</think>`.
+//! `analysis` channel, `<|channel|>analysis<|message|>…<|end|>`, and its answer the `final`
+//! channel. Harmony answers are messages with headers, calls among them, so they have their
+//! own reader (`core/harmony.rs`); this module only tells a harmony template
+//! ([`HARMONY`]'s tags) from a `<think>` one ([`THINK`]'s) and splits the latter.
 //!
 //! The split applies to chat answers without tools or a grammar (a constraint shapes the
 //! whole output, so there is no free-form block to split), and `--reasoning-format none`
@@ -26,22 +25,18 @@
 pub struct Tags {
     pub open: &'static str,
     pub close: &'static str,
-    /// What an answer without a block may begin with, dropped (harmony's final channel).
-    pub bare_answer: Option<&'static str>,
 }
 
 /// Qwen 3's, DeepSeek-R1's and their distills'.
 pub const THINK: Tags = Tags {
     open: "<think>",
     close: "</think>",
-    bare_answer: None,
 };
 
-/// gpt-oss's harmony channels.
+/// gpt-oss's harmony channels (read by `core/harmony.rs`, never by [`Splitter`]).
 pub const HARMONY: Tags = Tags {
     open: "<|channel|>analysis<|message|>",
-    close: "<|start|>assistant<|channel|>final<|message|>",
-    bare_answer: Some("<|channel|>final<|message|>"),
+    close: "<|end|>",
 };
 
 /// The tags of the thinking family a chat template belongs to, if any: one that writes
@@ -134,20 +129,13 @@ impl Splitter {
         loop {
             match self.state {
                 State::Start => {
-                    let Tags {
-                        open, bare_answer, ..
-                    } = self.tags;
+                    let open = self.tags.open;
                     let lead = self.held.trim_start();
                     if let Some(rest) = lead.strip_prefix(open) {
                         self.held = rest.to_string();
                         self.state = State::Inside;
                         self.saw_block = true;
-                    } else if let Some(rest) = bare_answer.and_then(|b| lead.strip_prefix(b)) {
-                        self.held = rest.to_string();
-                        self.state = State::Answer;
-                    } else if open.starts_with(lead)
-                        || bare_answer.is_some_and(|b| b.starts_with(lead))
-                    {
+                    } else if open.starts_with(lead) {
                         return out;
                     } else {
                         self.state = State::Answer;
@@ -228,40 +216,6 @@ mod tests {
         opened_by_prompt: false,
         tags: THINK,
     };
-    const HARMONY_ANSWER: Thinking = Thinking {
-        opened_by_prompt: false,
-        tags: HARMONY,
-    };
-
-    #[test]
-    fn harmony_channels_split_whole_and_streamed() {
-        let some = |s: &str| Some(s.to_string());
-        for (text, want) in [
-            (
-                "<|channel|>analysis<|message|>The user greets.<|start|>assistant<|channel|>final<|message|>Hello!",
-                (some("The user greets."), "Hello!"),
-            ),
-            ("<|channel|>final<|message|>Hi.", (None, "Hi.")),
-            (
-                "<|channel|>analysis<|message|>cut off",
-                (some("cut off"), ""),
-            ),
-            ("plain text", (None, "plain text")),
-        ] {
-            let (r, a) = split(text, HARMONY_ANSWER);
-            assert_eq!((r.clone(), a.as_str()), (want.0.clone(), want.1), "{text}");
-            // Byte by byte (at char boundaries) the pieces join to the same split.
-            let mut s = Splitter::new(HARMONY_ANSWER);
-            let mut parts = Vec::new();
-            for (i, c) in text.char_indices() {
-                parts.extend(s.push(&text[i..i + c.len_utf8()]));
-            }
-            parts.extend(s.finish());
-            let (sr, sa) = join(parts);
-            assert_eq!(sr.unwrap_or_default(), r.unwrap_or_default(), "{text}");
-            assert_eq!(sa, a, "{text}");
-        }
-    }
 
     #[test]
     fn whole_answers_split() {

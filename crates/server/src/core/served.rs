@@ -122,7 +122,12 @@ impl ServedModel {
             .file()
             .get("tokenizer.chat_template")
             .and_then(|v| v.as_str());
-        let tool_format = ToolFormat::detect(source, tokenizer);
+        let tool_format = match (ToolFormat::detect(source, tokenizer), thinking) {
+            (ToolFormat::Harmony(marks), Some(t)) if t.opened_by_prompt => {
+                ToolFormat::Harmony(marks.in_analysis())
+            }
+            (format, _) => format,
+        };
         Ok(ServedModel {
             thinking,
             tool_format,
@@ -149,9 +154,15 @@ impl ServedModel {
     }
 
     /// The reasoning split for a chat request: a thinking model's, unless tools or a
-    /// grammar shape the answer.
+    /// grammar shape the answer. Harmony's tool grammar leaves its reasoning free (and holds
+    /// a structured answer in its final channel, `core/harmony.rs`), so a gpt-oss answer
+    /// with tools is split too.
     pub fn thinking_for(&self, tools: bool, grammar: bool) -> Option<Thinking> {
-        self.thinking.filter(|_| !tools && !grammar)
+        let harmony_tools = tools && matches!(self.tool_format, ToolFormat::Harmony(_));
+        self.thinking.filter(|t| match harmony_tools {
+            true => t.tags == reasoning::HARMONY,
+            false => !tools && !grammar,
+        })
     }
 
     /// What a stream watches to learn that it must end.

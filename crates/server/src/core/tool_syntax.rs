@@ -8,11 +8,15 @@
 //!   JSON object `{"name": …, "parameters": …}` (the family has no syntax for several);
 //! - **Mistral**: the template writes `[TOOL_CALLS]`; a call is that marker (a control
 //!   token, so it adds no text) and a JSON array of `{"name": …, "arguments": …}`;
+//! - **Harmony** (gpt-oss): the template writes `<|channel|>` and `<|call|>`; a call is a
+//!   message to `functions.NAME` whose body is the arguments. Its syntax is not JSON objects
+//!   between markup, so it has its own reader and grammar (`core/harmony.rs`), and its
+//!   answers carry reasoning beside calls;
 //! - **Generic**: any other template, or none (Gemma 3, the default model). The server
 //!   describes the tools in the system turn and writes past calls and results into the text
 //!   (`core/tools.rs`); the model calls in the Hermes shape, which the grammar enforces.
 //!
-//! Every syntax is the same thing underneath: calls are the JSON objects at the top level of
+//! Every other syntax is the same thing underneath: calls are the JSON objects at the top level of
 //! the answer, and whatever lies between them is the family's markup. So one reader serves
 //! all of them ([`CallStream`]): it tracks JSON nesting byte by byte, announces a call's name
 //! when its arguments key is read, and passes the arguments through as they arrive — exactly
@@ -32,6 +36,7 @@ use serde_json::{json, Value};
 
 use crate::core::error::ApiError;
 use crate::core::grammar::{with_layout, GrammarRequest, GrammarSpec};
+use crate::core::harmony;
 use crate::core::tools::{Parallel, Tool, ToolCall, ToolChoice, Tools};
 
 /// The marker of a Hermes (and a generic) call.
@@ -52,6 +57,8 @@ pub enum ToolFormat {
     Mistral {
         marker: Option<u32>,
     },
+    /// gpt-oss's harmony messages (`core/harmony.rs`).
+    Harmony(harmony::Marks),
 }
 
 impl ToolFormat {
@@ -61,6 +68,9 @@ impl ToolFormat {
         let Some(src) = source.filter(|s| s.contains("tools")) else {
             return ToolFormat::Generic;
         };
+        if harmony::is_harmony_template(src) {
+            return ToolFormat::Harmony(harmony::Marks::of(tokenizer));
+        }
         // Templates of these families whose calls are not JSON objects (Qwen3-Coder's
         // `<function=…>`, newer Mistral's `[TOOL_CALLS]name[ARGS]{…}`) get the generic
         // family: the server writes their history, and the grammar asks for the Hermes shape.
@@ -84,6 +94,7 @@ impl ToolFormat {
             ToolFormat::Hermes => "hermes",
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral { .. } => "mistral",
+            ToolFormat::Harmony(_) => "harmony",
         }
     }
 
@@ -103,7 +114,7 @@ impl ToolFormat {
     /// The character every answer that calls begins with (its text, control tokens add none).
     fn opener(self) -> char {
         match self {
-            ToolFormat::Generic | ToolFormat::Hermes => '<',
+            ToolFormat::Generic | ToolFormat::Hermes | ToolFormat::Harmony(_) => '<',
             ToolFormat::Llama3 => '{',
             ToolFormat::Mistral { .. } => '[',
         }
@@ -111,7 +122,7 @@ impl ToolFormat {
 
     /// Whether the family can write several calls in one answer.
     fn has_parallel_calls(self) -> bool {
-        !matches!(self, ToolFormat::Llama3)
+        !matches!(self, ToolFormat::Llama3 | ToolFormat::Harmony(_))
     }
 
     /// The grammar an answer must follow: calls only (`required`, a named tool), or text
@@ -127,6 +138,15 @@ impl ToolFormat {
         let callable = tools.callable();
         if callable.is_empty() {
             return Ok(None);
+        }
+        if let ToolFormat::Harmony(marks) = self {
+            // Its answer and its calls are told apart by their channels, never by a first
+            // character, so any structured answer combines with tools.
+            let answer = answer.map(|a| a.structured()).transpose()?.map(with_layout);
+            return Ok(Some(GrammarRequest {
+                spec: GrammarSpec::Lark(harmony::grammar(tools, answer.as_ref(), marks)),
+                param: "tools".into(),
+            }));
         }
         let objects: Vec<Value> = callable
             .iter()
@@ -152,7 +172,7 @@ impl ToolFormat {
                 format!("calls: {marker} \"[\" obj{more} \"]\"")
             }
             ToolFormat::Llama3 => "calls: obj".to_string(),
-            ToolFormat::Generic | ToolFormat::Hermes => {
+            ToolFormat::Generic | ToolFormat::Hermes | ToolFormat::Harmony(_) => {
                 let more = if several { " (\"\\n\" call)*" } else { "" };
                 format!("calls: call{more}\ncall: \"{CALL_OPEN}\\n\" obj \"\\n{CALL_CLOSE}\"")
             }
@@ -180,16 +200,7 @@ impl ToolFormat {
     /// call by its first character as every answer is (a grammar cannot be combined: it
     /// could begin like a call).
     fn answer_schema(self, answer: &GrammarRequest) -> Result<Value, ApiError> {
-        let schema = match &answer.spec {
-            GrammarSpec::JsonObject => json!({"type": "object"}),
-            GrammarSpec::JsonSchema(schema) => schema.clone(),
-            GrammarSpec::Lark(_) | GrammarSpec::Regex(_) => {
-                return Err(ApiError::invalid(
-                    answer.param.clone(),
-                    "a grammar cannot be combined with tools (a JSON schema can)",
-                ))
-            }
-        };
+        let schema = answer.structured()?;
         let opener = self.opener();
         if first_chars(&schema).contains(&opener) {
             return Err(ApiError::invalid(
@@ -214,6 +225,7 @@ impl ToolFormat {
     /// text). A call cut off before its object closed (the budget or a stop string ended the
     /// answer) is not one, so a cut answer may hold fewer calls than its stream began, or
     /// none; its markup is never text.
+    /// (Harmony answers are read by `core/harmony.rs`.)
     pub fn parse(self, choice: &ToolChoice, text: &str) -> Option<Vec<ToolCall>> {
         if *choice == ToolChoice::Auto && !self.begins_call(text) {
             return None;

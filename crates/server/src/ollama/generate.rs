@@ -236,12 +236,10 @@ impl Head {
 
 impl Head {
     /// The buffered reply's object for `answer` (before its `done` fields): an answer that
-    /// is calls (even calls the budget cut) has no text, since its markup is not text.
+    /// is calls (even calls the budget cut) has only the text said beside them, since call
+    /// markup is not text.
     fn reply(&self, answer: &Answer, show_thinking: bool) -> Value {
-        let text = match answer.calls {
-            Some(_) => "",
-            None => answer.text.as_str(),
-        };
+        let text = answer.text.as_str();
         let reasoning = answer.reasoning.as_deref().filter(|_| show_thinking);
         let mut body = self.line(text, reasoning);
         if let Some(calls) = answer.calls.as_ref().filter(|c| !c.is_empty()) {

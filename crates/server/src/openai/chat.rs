@@ -93,9 +93,16 @@ impl Shape for Chat {
             self.thinking,
         );
         let mut message = json!({"role": "assistant", "refusal": null});
+        if let Some(r) = &answer.reasoning {
+            message["reasoning_content"] = json!(r);
+        }
         let reason = match &answer.calls {
             Some(calls) => {
-                message["content"] = Value::Null;
+                // A harmony model may say something to the user before it calls.
+                message["content"] = match answer.text.as_str() {
+                    "" => Value::Null,
+                    text => json!(text),
+                };
                 if !calls.is_empty() {
                     message["tool_calls"] = tool_calls_json(calls);
                 }
@@ -106,9 +113,6 @@ impl Shape for Chat {
             }
             None => {
                 message["content"] = json!(answer.text);
-                if let Some(r) = &answer.reasoning {
-                    message["reasoning_content"] = json!(r);
-                }
                 finish_reason(&out.finish)
             }
         };

@@ -116,7 +116,7 @@ impl StreamedCall {
         (self.delta(pieces), called)
     }
 
-    /// One delta of the pieces: `content` and `reasoning_content`, or `tool_calls` entries
+    /// One delta of the pieces: `content`, `reasoning_content` and `tool_calls` entries
     /// (with `id`, `type` and the name where a call starts), if there is anything to send.
     fn delta(&mut self, pieces: Vec<AnswerPiece>) -> Option<Value> {
         let mut content = String::new();
@@ -148,10 +148,10 @@ impl StreamedCall {
                 }
             }
         }
-        if !entries.is_empty() {
-            return Some(json!({"tool_calls": entries}));
-        }
         let mut d = json!({});
+        if !entries.is_empty() {
+            d["tool_calls"] = json!(entries);
+        }
         if !reasoning.is_empty() {
             d["reasoning_content"] = json!(reasoning);
         }

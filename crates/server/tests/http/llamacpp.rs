@@ -6,7 +6,7 @@ use ferrox_sched::SchedulerConfig;
 use ferrox_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
 
-use ferrox_engine::synthetic::SyntheticSpec;
+use ferrox_engine::synthetic::{self, SyntheticSpec};
 
 use crate::common::{synthetic_state, tiny, TestServer};
 
@@ -202,7 +202,7 @@ async fn infill_without_fim_tokens_is_501_and_errors_are_llama_servers() {
 #[tokio::test]
 async fn infill_lays_the_prompt_out_with_the_fim_tokens() {
     let spec = SyntheticSpec {
-        fim_tokens: true,
+        control_tokens: synthetic::FIM_TOKENS,
         ..tiny()
     };
     let s = TestServer::start(synthetic_state(

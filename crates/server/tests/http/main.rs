@@ -12,6 +12,7 @@ mod default_model;
 mod embeddings;
 mod errors;
 mod generation;
+mod harmony;
 mod kv_types;
 mod llamacpp;
 mod models;

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ferrox_engine::synthetic::{build_gguf, SyntheticSpec};
+use ferrox_engine::synthetic::{self, build_gguf, SyntheticSpec};
 use ferrox_sched::SchedulerConfig;
 use ferrox_server::{AppState, ModelsConfig, ServerConfig};
 use serde_json::{json, Value};
@@ -16,7 +16,7 @@ use crate::common::{synthetic_state, tiny, TestServer};
 
 fn state() -> AppState {
     let spec = SyntheticSpec {
-        fim_tokens: true,
+        control_tokens: synthetic::FIM_TOKENS,
         // Room for the tool descriptions a template without tools gets in its system turn.
         context_length: 2048,
         ..tiny()

@@ -158,6 +158,8 @@ impl Events {
                     );
                 }
                 AnswerPiece::CallStart(name) => {
+                    // A harmony model reasons before it calls.
+                    out.extend(self.close_reasoning());
                     if self.opened == Some(Item::Call) {
                         // The previous call is whole: its item ends before the next opens.
                         let (name, args) = (self.call_name.clone(), std::mem::take(&mut self.text));
