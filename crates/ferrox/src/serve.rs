@@ -160,9 +160,18 @@ pub struct ServeArgs {
     #[arg(long, env = "FERROX_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
     /// How /v1/embeddings pools a prompt's hidden states [default: the GGUF's
-    /// `pooling_type`, else mean].
+    /// `pooling_type`, else mean]; `rank` is --reranking.
     #[arg(long, env = "FERROX_POOLING", value_enum)]
     pub pooling: Option<PoolingArg>,
+    /// Serve the model as a reranker (/v1/rerank): refused at load unless it has a
+    /// classification head (a cross-encoder); /v1/embeddings is off. llama-server's flag.
+    #[arg(
+        long,
+        alias = "rerank",
+        env = "FERROX_RERANKING",
+        conflicts_with = "pooling"
+    )]
+    pub reranking: bool,
     /// How a thinking model's `<think>` block is returned: `auto` (or llama-server's
     /// `deepseek`) splits it into the protocols' reasoning fields; `none` leaves it in the
     /// text [default: auto].
@@ -367,11 +376,13 @@ impl ServeArgs {
             cors_origins: self.cors_origins.clone(),
             tls,
             reasoning: self.reasoning_format != Some(ReasoningArg::None),
-            pooling: self.pooling.map(|p| match p {
-                PoolingArg::Mean => Pooling::Mean,
-                PoolingArg::Cls => Pooling::Cls,
-                PoolingArg::Last => Pooling::Last,
+            pooling: self.pooling.and_then(|p| match p {
+                PoolingArg::Mean => Some(Pooling::Mean),
+                PoolingArg::Cls => Some(Pooling::Cls),
+                PoolingArg::Last => Some(Pooling::Last),
+                PoolingArg::Rank => None,
             }),
+            reranking: self.reranking || self.pooling == Some(PoolingArg::Rank),
             // `/api/pull` reads HF_ENDPOINT and stores into the model cache.
             hub_endpoint: None,
             pull_dir: None,
@@ -392,7 +403,7 @@ pub enum ReasoningArg {
 }
 
 /// `--pooling`'s values.
-#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolingArg {
     /// The mean of every token's hidden state.
     Mean,
@@ -400,6 +411,8 @@ pub enum PoolingArg {
     Cls,
     /// The last token's.
     Last,
+    /// A reranker's score (the classification head on the first token): --reranking.
+    Rank,
 }
 
 /// Runs the server until SIGINT or SIGTERM.

@@ -52,6 +52,10 @@ pub struct ServerConfig {
     /// How embeddings pool (`--pooling`); `None`: as the GGUF says (`pooling_type`), else
     /// the mean.
     pub pooling: Option<Pooling>,
+    /// Serve the model as a reranker (`--reranking`, `--pooling rank`: llama-server's
+    /// names): a model without a classification head is refused at load, and
+    /// `/v1/embeddings` is off (a reranker's pooled row is a score).
+    pub reranking: bool,
     /// Split a thinking model's `<think>` block from its answer (`--reasoning-format`;
     /// `core/reasoning.rs`).
     pub reasoning: bool,
@@ -82,6 +86,7 @@ impl ServerConfig {
         ServeOptions {
             default_max_tokens: self.default_max_tokens.max(1),
             pooling: self.pooling,
+            reranking: self.reranking,
             reasoning: self.reasoning,
         }
     }
@@ -103,6 +108,7 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             tls: None,
             pooling: None,
+            reranking: false,
             reasoning: true,
             hub_endpoint: None,
             pull_dir: None,

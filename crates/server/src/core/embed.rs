@@ -33,8 +33,9 @@ pub async fn embed(g: &Arc<ServedModel>, inputs: Vec<Prompt>) -> Result<Vec<Embe
         return Err(ApiError::invalid(
             "model",
             format!(
-                "`{}` cannot pool embeddings: its GGUF says `rank` pooling (a reranker); \
-                 start the server with --pooling to pool it anyway",
+                "`{}` cannot pool embeddings: it is served as a reranker (its GGUF says \
+                 `rank` pooling, or --reranking); start the server with --pooling \
+                 mean|cls|last to pool it anyway",
                 g.model_id
             ),
         ));

@@ -25,6 +25,8 @@ pub struct ServeOptions {
     pub default_max_tokens: usize,
     /// How embeddings pool (`--pooling`); `None`: as the GGUF says, else the mean.
     pub pooling: Option<Pooling>,
+    /// The model must be a reranker (`--reranking`); embeddings are off.
+    pub reranking: bool,
     /// Split a thinking model's `<think>` block from its answer (`--reasoning-format`).
     pub reasoning: bool,
 }
@@ -38,6 +40,12 @@ pub enum StartError {
     /// Its scheduler refused the configuration (a KV pool too small for one block, ...).
     #[error("scheduler: {0}")]
     Scheduler(String),
+    /// `--reranking` on a model that cannot score pairs.
+    #[error(
+        "--reranking: `{0}` has no classification head (`cls.output`), so it cannot score \
+         (query, document) pairs; serve a cross-encoder GGUF, or drop --reranking"
+    )]
+    NotAReranker(String),
 }
 
 /// One loaded version of a model, with what serving it takes: its chat template and stop
@@ -92,6 +100,9 @@ impl ServedModel {
         metrics: Arc<Metrics>,
         stop_streams: tokio::sync::watch::Receiver<bool>,
     ) -> Result<ServedModel, StartError> {
+        if config.reranking && !model.has_classifier() {
+            return Err(StartError::NotAReranker(model_id));
+        }
         let tokenizer = model.tokenizer();
         let template = ChatTemplate::from_gguf(model.file(), model.config().arch.name(), tokenizer)
             .map_err(|e| StartError::Template(e.to_string()))?;
@@ -106,6 +117,7 @@ impl ServedModel {
             .map_err(|e| StartError::Scheduler(e.to_string()))?;
         let context_tokens = scheduler.limits().max_context_tokens;
         let pooling = match (config.pooling, model.config().pooling_type) {
+            _ if config.reranking => None,
             (Some(p), _) => Some(p),
             (None, Some(2)) => Some(Pooling::Cls),
             (None, Some(3)) => Some(Pooling::Last),

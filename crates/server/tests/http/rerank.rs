@@ -119,3 +119,54 @@ async fn top_n_return_documents_aliases_and_refusals() {
         "{v}"
     );
 }
+
+/// `--reranking` (llama-server's flag): a model without a classification head is refused
+/// at load, naming the flag; a reranker serves `/rerank` and refuses embeddings.
+#[tokio::test]
+async fn reranking_needs_a_head_and_turns_embeddings_off() {
+    let config = ServerConfig {
+        reranking: true,
+        ..ServerConfig::default()
+    };
+    let state =
+        ferrox_server::AppState::new(config.clone(), ferrox_server::ModelsConfig::default());
+    let plain = ferrox_engine::synthetic::load(&crate::common::tiny(), 1).unwrap();
+    let err = state
+        .models
+        .insert("tiny", std::sync::Arc::new(plain))
+        .err()
+        .expect("a model without a head is refused")
+        .to_string();
+    assert!(
+        err.contains("--reranking") && err.contains("classification head"),
+        "{err}"
+    );
+
+    // The reranker pooled as CLS embeds; served as a reranker, it does not, whatever the
+    // pooling says.
+    let cls = ServerConfig {
+        pooling: Some(ferrox_sched::Pooling::Cls),
+        ..ServerConfig::default()
+    };
+    let spec = SyntheticSpec::reranker();
+    let embeds = TestServer::start(synthetic_state(
+        &spec,
+        SchedulerConfig::default(),
+        cls.clone(),
+    ))
+    .await;
+    let (status, v) = embeds.post("/v1/embeddings", json!({"input": "a"})).await;
+    assert_eq!(status, 200, "{v}");
+    let config = ServerConfig {
+        reranking: true,
+        ..cls
+    };
+    let s = TestServer::start(synthetic_state(&spec, SchedulerConfig::default(), config)).await;
+    let (status, v) = s
+        .post("/v1/rerank", json!({"query": "a", "documents": ["b", "c"]}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s.post("/v1/embeddings", json!({"input": "a"})).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("reranker"), "{v}");
+}
