@@ -30,7 +30,7 @@ TOKENIZE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     CACHE, "llama.cpp-0.3.36/build/bin/llama-tokenize")
 
 # Every `tokenizer.ggml.pre` family we implement, by one of its names.
-FAMILIES = ["default", "llama-bpe", "gpt-2", "qwen2", "starcoder", "falcon", "gpt-4o"]
+FAMILIES = ["default", "llama-bpe", "gpt-2", "qwen2", "starcoder", "falcon", "gpt-4o", "glm4"]
 
 CORPUS = """
 The quick brown fox jumps over the lazy dog. It's what they're doing, isn't it? We'll see.

@@ -29,6 +29,10 @@ pub enum Arch {
     SmolLm3,
     /// Phi-3 / Phi-4: Q/K/V fused in `attn_qkv`, gate and up fused in `ffn_up`.
     Phi3,
+    /// GLM-4 (0414, GLM-Z1): Llama's layout with Q/K/V biases, gate and up fused in
+    /// `ffn_up`, an RMSNorm after each block as well as before (Gemma's sandwich), and RoPE
+    /// on the first half of each head only.
+    Glm4,
     /// IBM Granite 3: Llama's layout with multipliers on the embeddings, each block's output,
     /// the attention scores and the logits.
     Granite,
@@ -51,6 +55,7 @@ impl Arch {
             "phi3" => Ok(Arch::Phi3),
             "gpt-oss" => Ok(Arch::GptOss),
             "granite" => Ok(Arch::Granite),
+            "glm4" => Ok(Arch::Glm4),
             "granitemoe" => Ok(Arch::GraniteMoe),
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
@@ -71,6 +76,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::GptOss => "gpt-oss",
             Arch::Granite => "granite",
+            Arch::Glm4 => "glm4",
             Arch::GraniteMoe => "granitemoe",
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
@@ -99,6 +105,12 @@ impl Arch {
         self != Arch::Olmo2
     }
 
+    /// Whether each block's output is normed before the residual add (Gemma and GLM-4,
+    /// after a pre-norm too; OLMo 2, instead of one).
+    pub fn has_post_norms(self) -> bool {
+        self.is_gemma() || matches!(self, Arch::Glm4 | Arch::Olmo2)
+    }
+
     /// How the family normalises Q and K before RoPE, if it does.
     pub fn qk_norm(self) -> Option<QkNorm> {
         match self {
@@ -109,6 +121,7 @@ impl Arch {
             | Arch::Llama
             | Arch::Qwen2
             | Arch::Phi3
+            | Arch::Glm4
             | Arch::GptOss
             | Arch::Granite
             | Arch::GraniteMoe
@@ -211,6 +224,9 @@ pub struct ModelConfig {
     pub rms_eps: f32,
     pub context_length: usize,
     pub rope_style: RopeStyle,
+    /// How many of a head's leading values RoPE rotates (`rope.dimension_count`; GLM-4:
+    /// half the head); the rest pass unrotated. The frequencies are spread over these.
+    pub rope_dim: usize,
     /// RoPE base for global-attention layers.
     pub rope_base: f32,
     /// RoPE base for sliding-window layers (Gemma 3: 10000 unless the file says otherwise).
@@ -405,7 +421,7 @@ impl ModelConfig {
         let (rope_style, activation) = match arch {
             Arch::Gemma3 | Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh),
             Arch::Phi3 | Arch::GptOss => (RopeStyle::Neox, Activation::Silu),
-            Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3 => {
+            Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3 | Arch::Glm4 => {
                 (RopeStyle::Interleaved, Activation::Silu)
             }
             Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe | Arch::Olmo2 => {
@@ -414,6 +430,20 @@ impl ModelConfig {
             // No rotary embedding (learned positions); GELU as llama.cpp computes it.
             Arch::Bert => (RopeStyle::Neox, Activation::GeluTanh),
         };
+        let rope_dim = opt_usize(f, &key("rope.dimension_count"))?.unwrap_or(head_dim);
+        // Multimodal GLM-4 (GLM-4.1V) files rotate by sections (M-RoPE), another pairing.
+        if f.get(&key("rope.dimension_sections")).is_some() {
+            return Err(bad(
+                &key("rope.dimension_sections"),
+                "multi-section RoPE (M-RoPE, vision models) is unsupported",
+            ));
+        }
+        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+            return Err(bad(
+                &key("rope.dimension_count"),
+                "must be even, non-zero and at most the head's size",
+            ));
+        }
         let moe = moe_config(f, arch, n_ff)?;
         let embd = f
             .tensor("token_embd.weight")
@@ -433,6 +463,7 @@ impl ModelConfig {
             rms_eps,
             context_length,
             rope_style,
+            rope_dim,
             rope_base,
             rope_base_swa,
             rope_freq_scale,

@@ -153,8 +153,8 @@ impl Model {
             _ => None,
         };
         let freqs = |base: f32, scale: f32| match &config.yarn {
-            Some(y) => rope_freqs_yarn(config.head_dim, base, scale, y),
-            None => rope_freqs(config.head_dim, base, scale),
+            Some(y) => rope_freqs_yarn(config.rope_dim, base, scale, y),
+            None => rope_freqs(config.rope_dim, base, scale),
         };
         let freqs_global = freqs(config.rope_base, config.rope_freq_scale);
         let freqs_swa = freqs(config.rope_base_swa, config.rope_freq_scale_swa);

@@ -136,9 +136,10 @@ pub fn rope_table(table: &mut RopeTable, positions: &[usize], freqs: &[f32], msc
 }
 
 /// Rotates the pairs of one head vector by the angles whose `cos`/`sin` are given (a row of a
-/// [`RopeTable`]).
+/// [`RopeTable`]): the first `2 · cos.len()` values (the whole head, or GLM-4's first half),
+/// the rest left as they are.
 pub fn rope_with(x: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
-    let half = x.len() / 2;
+    let half = cos.len().min(x.len() / 2);
     for (i, (&cos, &sin)) in cos.iter().zip(sin).enumerate().take(half) {
         let (a, b) = match style {
             RopeStyle::Neox => (i, i + half),

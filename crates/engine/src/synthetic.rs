@@ -99,7 +99,7 @@ impl SyntheticSpec {
                 arch,
                 Arch::Llama | Arch::Olmoe | Arch::Olmo2 | Arch::Phi3 | Arch::GptOss
             ),
-            qkv_bias: matches!(arch, Arch::Qwen2 | Arch::GptOss),
+            qkv_bias: matches!(arch, Arch::Qwen2 | Arch::GptOss | Arch::Glm4),
             weight_type: GgmlType::F32,
             n_expert: if moe { 8 } else { 0 },
             n_expert_used: if moe { 2 } else { 0 },
@@ -191,6 +191,7 @@ impl SyntheticSpec {
             ("granitemoe", SyntheticSpec::parity(Arch::GraniteMoe, false)),
             ("olmo2", SyntheticSpec::parity(Arch::Olmo2, false)),
             ("smollm3", SyntheticSpec::parity(Arch::SmolLm3, false)),
+            ("glm4", SyntheticSpec::parity(Arch::Glm4, false)),
         ]
     }
 
@@ -348,6 +349,10 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     } else {
         w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
     }
+    if s.arch == Arch::Glm4 {
+        // GLM-4 rotates half of each head.
+        w.add_metadata(&format!("{a}.rope.dimension_count"), u32v(s.head_dim / 2));
+    }
     if matches!(s.arch, Arch::Granite | Arch::GraniteMoe) {
         // Granite's multipliers, away from 1 so that each one shows.
         w.add_metadata(&format!("{a}.embedding_scale"), Value::F32(4.0));
@@ -445,8 +450,10 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     }
     vector(&mut w, "output_norm.weight", d, s.logit_scale);
     let qk_norm = s.arch.qk_norm();
-    // Phi-3 stores Q/K/V as one `attn_qkv` and gate/up as one `ffn_up`.
+    // Phi-3 stores Q/K/V as one `attn_qkv` and gate/up as one `ffn_up`; GLM-4 only the
+    // latter.
     let fused = s.arch == Arch::Phi3;
+    let fused_ffn = fused || s.arch == Arch::Glm4;
     for il in 0..s.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
         if s.arch.has_pre_norms() {
@@ -497,7 +504,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
                 bias(&mut w, &p("ffn_up_exps.bias"), &[fe as u64, ne as u64]);
                 bias(&mut w, &p("ffn_down_exps.bias"), &[d as u64, ne as u64]);
             }
-        } else if fused {
+        } else if fused_ffn {
             tensor(&mut w, &p("ffn_up.weight"), 1, 2 * ff, d, wt);
             tensor(&mut w, &p("ffn_down.weight"), 1, d, ff, wt);
         } else {
@@ -505,7 +512,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             tensor(&mut w, &p("ffn_up.weight"), 1, ff, d, wt);
             tensor(&mut w, &p("ffn_down.weight"), 1, d, ff, wt);
         }
-        if s.arch.is_gemma() || s.arch == Arch::Olmo2 {
+        if s.arch.has_post_norms() {
             vector(&mut w, &p("post_attention_norm.weight"), d, 1.0);
             vector(&mut w, &p("post_ffw_norm.weight"), d, 1.0);
         }

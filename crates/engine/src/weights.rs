@@ -156,7 +156,6 @@ impl Weights {
         } else {
             token_embd.clone()
         };
-        let gemma = cfg.arch.is_gemma();
         let qk_norm = cfg.arch.qk_norm();
         // Feed-forward biases exist in some Granite files; nothing here adds them, so refuse.
         if let Some(t) = f.tensors().iter().find(|t| {
@@ -191,9 +190,9 @@ impl Weights {
                     None => Ok(None),
                 }
             };
-            // Gemma norms both blocks' outputs, and OLMo 2 instead of their inputs.
+            // Gemma and GLM-4 norm both blocks' outputs, and OLMo 2 instead of their inputs.
             let post_norm = |s: &str| -> Result<Option<Vec<f32>>, EngineError> {
-                if gemma || !cfg.arch.has_pre_norms() {
+                if cfg.arch.has_post_norms() {
                     vector(f, &p(s), d).map(Some)
                 } else {
                     Ok(None)

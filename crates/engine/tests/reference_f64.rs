@@ -41,6 +41,8 @@ impl Ref<'_> {
     }
 
     fn rope(&self, x: &mut [f64], pos: usize, base: f64, scale: f64) {
+        // GLM-4 rotates the head's first half only; the rest passes as it is.
+        let x = &mut x[..self.c.rope_dim];
         let d = x.len();
         // YaRN (gpt-oss): each pair's angle blends the interpolated (scaled) one and the
         // extrapolated one by a ramp over the pairs, and cos/sin grow by 1 + 0.1 ln(factor).
@@ -65,7 +67,7 @@ impl Ref<'_> {
             // Llama's families pair adjacent dimensions (the converter permuted their Q/K).
             let interleaved = matches!(
                 self.c.arch,
-                Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3
+                Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3 | Arch::Glm4
             );
             let (a, b) = if interleaved {
                 (2 * i, 2 * i + 1)
@@ -407,7 +409,7 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 13] = [
+const ARCHES: [Arch; 14] = [
     Arch::Gemma3,
     Arch::GptOss,
     Arch::Granite,
@@ -421,6 +423,7 @@ const ARCHES: [Arch; 13] = [
     Arch::Olmoe,
     Arch::Olmo2,
     Arch::SmolLm3,
+    Arch::Glm4,
 ];
 
 #[test]

@@ -253,6 +253,9 @@ fn pre_tokenizer_from_name(
         | "mellum2" => (PreTokenizer::Starcoder, false, false),
         "falcon" => (PreTokenizer::Falcon, false, false),
         "gpt-4o" => (PreTokenizer::Gpt4o, false, false),
+        // GLM-4's regex is Llama 3's; it has no BOS default (see `Vocab::build`).
+        "glm4" | "glm5" => (PreTokenizer::Llama3, true, false),
+        "chatglm-bpe" => (PreTokenizer::Llama3, false, false),
         other => {
             return Err(TokenizerError::UnsupportedPreTokenizer {
                 name: other.to_string(),
@@ -306,6 +309,10 @@ impl Vocab {
             VocabKind::Spm => (PreTokenizer::Default, false, true, true),
             VocabKind::Bpe => {
                 let (pre, ignore, bos_default) = pre_tokenizer_from_name(meta.pre.as_deref())?;
+                // llama.cpp clears the BOS of GLM's vocabularies (the file may still name one).
+                if matches!(meta.pre.as_deref(), Some("glm4" | "glm5" | "chatglm-bpe")) {
+                    bos = None;
+                }
                 (pre, ignore, bos_default, false)
             }
             VocabKind::Wpm => (PreTokenizer::Default, false, true, false),
