@@ -152,9 +152,25 @@ impl Model {
             }
             _ => None,
         };
-        let freqs = |base: f32, scale: f32| match &config.yarn {
-            Some(y) => rope_freqs_yarn(config.rope_dim, base, scale, y),
-            None => rope_freqs(config.rope_dim, base, scale),
+        // Llama 3.1's frequency factors (`rope_freqs.weight`, one per rotated pair, the
+        // same for every layer) divide each pair's frequency, as llama.cpp's rope does.
+        let factors = match file.tensor("rope_freqs.weight") {
+            Some(_) => Some(crate::weights::vector(
+                &file,
+                "rope_freqs.weight",
+                config.rope_dim / 2,
+            )?),
+            None => None,
+        };
+        let freqs = |base: f32, scale: f32| {
+            let mut f = match &config.yarn {
+                Some(y) => rope_freqs_yarn(config.rope_dim, base, scale, y),
+                None => rope_freqs(config.rope_dim, base, scale),
+            };
+            if let Some(factors) = &factors {
+                f.iter_mut().zip(factors).for_each(|(f, k)| *f /= k);
+            }
+            f
         };
         let freqs_global = freqs(config.rope_base, config.rope_freq_scale);
         let freqs_swa = freqs(config.rope_base_swa, config.rope_freq_scale_swa);

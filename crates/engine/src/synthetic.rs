@@ -53,6 +53,9 @@ pub struct SyntheticSpec {
     /// models have none: llama-server withholds the log-probabilities of a token that ends
     /// in an incomplete UTF-8 sequence, which a random model emits all the time.
     pub byte_tokens: bool,
+    /// Write Llama 3.1's `rope_freqs.weight`: a factor per rotated pair dividing its
+    /// frequency (1 for the fastest pair up to 8 for the slowest, as Llama 3.1's are).
+    pub rope_freq_factors: bool,
     /// Multiplies the final norm's weights: sharper logits (a random model's top two are
     /// otherwise often near-tied, and a near-tie proves nothing in a parity check).
     pub logit_scale: f32,
@@ -108,6 +111,7 @@ impl SyntheticSpec {
             pooling_type: None,
             chat_template: None,
             byte_tokens: true,
+            rope_freq_factors: false,
             logit_scale: 1.0,
             seed,
         }
@@ -181,6 +185,13 @@ impl SyntheticSpec {
             ("gemma2", SyntheticSpec::parity(Arch::Gemma2, false)),
             ("phi3", SyntheticSpec::parity(Arch::Phi3, false)),
             ("llama", SyntheticSpec::parity(Arch::Llama, false)),
+            (
+                "llama3.1",
+                SyntheticSpec {
+                    rope_freq_factors: true,
+                    ..SyntheticSpec::parity(Arch::Llama, false)
+                },
+            ),
             ("qwen2", SyntheticSpec::parity(Arch::Qwen2, false)),
             ("qwen3", SyntheticSpec::parity(Arch::Qwen3, false)),
             ("qwen3moe", SyntheticSpec::parity(Arch::Qwen3Moe, false)),
@@ -449,6 +460,14 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         tensor(&mut w, "output.weight", 1, s.n_vocab, d, wt);
     }
     vector(&mut w, "output_norm.weight", d, s.logit_scale);
+    if s.rope_freq_factors {
+        let n = s.head_dim / 2;
+        let factors: Vec<f32> = (0..n)
+            .map(|i| 8f32.powf(i as f32 / (n - 1).max(1) as f32))
+            .collect();
+        let bytes = factors.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor("rope_freqs.weight", &[n as u64], GgmlType::F32, bytes);
+    }
     let qk_norm = s.arch.qk_norm();
     // Phi-3 stores Q/K/V as one `attn_qkv` and gate/up as one `ffn_up`; GLM-4 only the
     // latter.

@@ -56,8 +56,13 @@ impl Ref<'_> {
             let high = dim(y.beta_slow as f64).ceil().min(d as f64 - 1.0);
             (f, low, high, 1.0 + 0.1 * (1.0 / f).ln())
         });
+        // Llama 3.1's per-pair factors divide the frequencies.
+        let factors = self.t("rope_freqs.weight");
         for i in 0..d / 2 {
             let mut theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
+            if let Some(k) = &factors {
+                theta /= k[i];
+            }
             let mut mag = 1.0;
             if let Some((f, low, high, m)) = yarn {
                 let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
@@ -435,6 +440,17 @@ fn f32_weights_track_the_f64_reference() {
         // f32 math with an f16 KV cache: errors of order 1e-3 of the logit spread.
         assert!(rel < 5e-3, "{arch:?}: {rel}");
     }
+}
+
+/// Llama 3.1's `rope_freqs.weight` divides each pair's frequency.
+#[test]
+fn llama_3_1_rope_factors_track_the_f64_reference() {
+    let spec = SyntheticSpec {
+        rope_freq_factors: true,
+        ..SyntheticSpec::tiny(Arch::Llama, 7)
+    };
+    let rel = compare(&spec, 20);
+    assert!(rel < 5e-3, "{rel}");
 }
 
 /// Mixtral's layout: a `llama` file with `llama.expert_count` and stacked expert tensors.
