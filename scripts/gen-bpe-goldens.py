@@ -30,7 +30,7 @@ TOKENIZE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     CACHE, "llama.cpp-0.3.36/build/bin/llama-tokenize")
 
 # Every `tokenizer.ggml.pre` family we implement, by one of its names.
-FAMILIES = ["default", "llama-bpe", "gpt-2", "qwen2", "starcoder", "falcon", "gpt-4o", "glm4"]
+FAMILIES = ["default", "llama-bpe", "gpt-2", "qwen2", "starcoder", "falcon", "gpt-4o", "glm4", "tekken"]
 
 CORPUS = """
 The quick brown fox jumps over the lazy dog. It's what they're doing, isn't it? We'll see.
@@ -88,7 +88,10 @@ def byte_chars():
 def learn_merges(table):
     """Plain BPE over whitespace-led words of the corpus, ties to the earliest pair."""
     import regex
-    words = regex.findall(r" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+", CORPUS)
+    # Contractions are their own words, so merges like `'s` exist and the families that
+    # keep them on the word (gpt-4o) and those that do not (Tekken) give different ids.
+    words = regex.findall(r"'(?:s|t|re|ve|m|ll|d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+",
+                          CORPUS)
     counts = collections.Counter(tuple(table[b] for b in w.encode()) for w in words)
     merges = []
     for _ in range(N_MERGES):

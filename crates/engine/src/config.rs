@@ -33,6 +33,10 @@ pub enum Arch {
     /// `ffn_up`, an RMSNorm after each block as well as before (Gemma's sandwich), and RoPE
     /// on the first half of each head only.
     Glm4,
+    /// Mistral 3 (Ministral 3, Devstral Small 2): Llama's layout with YaRN and, past the
+    /// original context, queries scaled up with the position (Llama 4's attention
+    /// temperature).
+    Mistral3,
     /// IBM Granite 3: Llama's layout with multipliers on the embeddings, each block's output,
     /// the attention scores and the logits.
     Granite,
@@ -56,6 +60,7 @@ impl Arch {
             "gpt-oss" => Ok(Arch::GptOss),
             "granite" => Ok(Arch::Granite),
             "glm4" => Ok(Arch::Glm4),
+            "mistral3" => Ok(Arch::Mistral3),
             "granitemoe" => Ok(Arch::GraniteMoe),
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
@@ -77,6 +82,7 @@ impl Arch {
             Arch::GptOss => "gpt-oss",
             Arch::Granite => "granite",
             Arch::Glm4 => "glm4",
+            Arch::Mistral3 => "mistral3",
             Arch::GraniteMoe => "granitemoe",
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
@@ -122,6 +128,7 @@ impl Arch {
             | Arch::Qwen2
             | Arch::Phi3
             | Arch::Glm4
+            | Arch::Mistral3
             | Arch::GptOss
             | Arch::Granite
             | Arch::GraniteMoe
@@ -241,6 +248,10 @@ pub struct ModelConfig {
     pub no_rope_period: usize,
     /// YaRN, when the file asks for it (`rope.scaling.type = yarn`).
     pub yarn: Option<Yarn>,
+    /// Mistral 3's attention temperature (`attention.temperature_scale`): a query at
+    /// position `p` is multiplied by `1 + scale · ln(⌊p / period⌋ + 1)`, `period` the
+    /// original context (`rope.scaling.original_context_length`), so 1 within it.
+    pub attn_temperature: Option<(f32, usize)>,
     /// Sliding-window size in tokens; 0 = every layer is global.
     pub sliding_window: usize,
     /// With a window: every `swa_period`-th layer (il % period == period - 1) is global
@@ -373,22 +384,43 @@ impl ModelConfig {
         };
         let yarn = match f.get(&key("rope.scaling.type")).and_then(Value::as_str) {
             Some("yarn") if rope_freq_scale != 1.0 => {
-                if opt_f32(f, &key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0) != 0.0 {
-                    return Err(bad(
-                        &key("rope.scaling.yarn_log_multiplier"),
-                        "YaRN's log multiplier (DeepSeek's mscale_all_dim) is unsupported",
-                    ));
-                }
+                // llama.cpp's magnitude: `attn_factor` × m(1) / m(log_mul), where
+                // m(k) = 1 + 0.1 k ln(factor) and m(0) counts as 1 (no multiplier).
+                let factor = 1.0 / rope_freq_scale;
+                let m = |k: f32| {
+                    if factor <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * k * factor.ln() + 1.0
+                    }
+                };
+                let log_mul = opt_f32(f, &key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
                 let attn = opt_f32(f, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
                 Some(Yarn {
                     orig_ctx: opt_usize(f, &key("rope.scaling.original_context_length"))?
                         .unwrap_or(context_length),
-                    beta_fast: 32.0,
-                    beta_slow: 1.0,
-                    mscale: attn * (1.0 + 0.1 * (1.0 / rope_freq_scale).ln()),
+                    beta_fast: opt_f32(f, &key("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
+                    beta_slow: opt_f32(f, &key("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
+                    mscale: match log_mul {
+                        0.0 => attn * m(1.0),
+                        k => attn * m(1.0) / m(k),
+                    },
                 })
             }
             _ => None,
+        };
+        let attn_temperature = match opt_f32(f, &key("attention.temperature_scale"))? {
+            None | Some(0.0) => None,
+            Some(scale) => {
+                let period = yarn.map_or(0, |y| y.orig_ctx);
+                if period == 0 {
+                    return Err(bad(
+                        &key("attention.temperature_scale"),
+                        "needs YaRN's original context length",
+                    ));
+                }
+                Some((scale, period))
+            }
         };
         // Phi-3 files may name a window too; llama.cpp ignores it (every layer global), and so
         // do we, to compute what it computes.
@@ -421,9 +453,12 @@ impl ModelConfig {
         let (rope_style, activation) = match arch {
             Arch::Gemma3 | Arch::Gemma2 => (RopeStyle::Neox, Activation::GeluTanh),
             Arch::Phi3 | Arch::GptOss => (RopeStyle::Neox, Activation::Silu),
-            Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3 | Arch::Glm4 => {
-                (RopeStyle::Interleaved, Activation::Silu)
-            }
+            Arch::Llama
+            | Arch::Granite
+            | Arch::GraniteMoe
+            | Arch::SmolLm3
+            | Arch::Glm4
+            | Arch::Mistral3 => (RopeStyle::Interleaved, Activation::Silu),
             Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe | Arch::Olmo2 => {
                 (RopeStyle::Neox, Activation::Silu)
             }
@@ -479,6 +514,7 @@ impl ModelConfig {
             },
             no_rope_period: if arch == Arch::SmolLm3 { 4 } else { 0 },
             yarn,
+            attn_temperature,
             activation,
             scale_embeddings: arch.is_gemma(),
             embedding_scale: opt_f32(f, &key("embedding_scale"))?.filter(|&s| s != 0.0),
@@ -502,6 +538,18 @@ impl ModelConfig {
     /// Whether layer `il` attends only to the last `sliding_window` positions.
     pub fn is_sliding(&self, il: usize) -> bool {
         self.sliding_window > 0 && il % self.swa_period != self.swa_period - 1
+    }
+
+    /// The attention temperature's factor on a query at `pos` (1 without one), as llama.cpp
+    /// computes it.
+    pub fn query_temperature(&self, pos: usize) -> f32 {
+        match self.attn_temperature {
+            None => 1.0,
+            Some((scale, period)) => {
+                let steps = (pos as f32 / period as f32).floor() as f64;
+                ((steps + 1.0).ln() * scale as f64 + 1.0) as f32
+            }
+        }
     }
 
     /// Whether layer `il` rotates its queries and keys.

@@ -594,7 +594,7 @@ impl Model {
                 hd,
                 ropes.then(|| rope.row(r)),
                 q_norm,
-                Some(cfg.attn_scale),
+                Some(cfg.attn_scale * cfg.query_temperature(queries[r].pos)),
                 eps,
                 style,
             )

@@ -203,6 +203,7 @@ impl SyntheticSpec {
             ("olmo2", SyntheticSpec::parity(Arch::Olmo2, false)),
             ("smollm3", SyntheticSpec::parity(Arch::SmolLm3, false)),
             ("glm4", SyntheticSpec::parity(Arch::Glm4, false)),
+            ("mistral3", SyntheticSpec::parity(Arch::Mistral3, false)),
         ]
     }
 
@@ -359,6 +360,25 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         );
     } else {
         w.add_metadata(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    }
+    if s.arch == Arch::Mistral3 {
+        // Ministral 3's kind of YaRN, with a short original context so that a test's positions
+        // cross it and the attention temperature takes effect (1 within it).
+        w.add_metadata(
+            &format!("{a}.rope.scaling.type"),
+            Value::String("yarn".into()),
+        );
+        w.add_metadata(&format!("{a}.rope.scaling.factor"), Value::F32(4.0));
+        let orig = (s.context_length / 64).max(8);
+        w.add_metadata(
+            &format!("{a}.rope.scaling.original_context_length"),
+            u32v(orig),
+        );
+        w.add_metadata(
+            &format!("{a}.rope.scaling.yarn_log_multiplier"),
+            Value::F32(0.5),
+        );
+        w.add_metadata(&format!("{a}.attention.temperature_scale"), Value::F32(0.3));
     }
     if s.arch == Arch::Glm4 {
         // GLM-4 rotates half of each head.

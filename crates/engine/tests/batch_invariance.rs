@@ -175,6 +175,7 @@ fn synthetic_models_are_batch_and_chunk_invariant() {
         Arch::Olmo2,
         Arch::SmolLm3,
         Arch::Glm4,
+        Arch::Mistral3,
     ];
     for arch in arches {
         for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {

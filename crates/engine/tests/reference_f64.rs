@@ -54,7 +54,8 @@ impl Ref<'_> {
             };
             let low = dim(y.beta_fast as f64).floor().max(0.0);
             let high = dim(y.beta_slow as f64).ceil().min(d as f64 - 1.0);
-            (f, low, high, 1.0 + 0.1 * (1.0 / f).ln())
+            // The magnitude (1 + 0.1 ln factor, or Mistral 3's ratio) as the config read it.
+            (f, low, high, y.mscale as f64)
         });
         // Llama 3.1's per-pair factors divide the frequencies.
         let factors = self.t("rope_freqs.weight");
@@ -72,7 +73,12 @@ impl Ref<'_> {
             // Llama's families pair adjacent dimensions (the converter permuted their Q/K).
             let interleaved = matches!(
                 self.c.arch,
-                Arch::Llama | Arch::Granite | Arch::GraniteMoe | Arch::SmolLm3 | Arch::Glm4
+                Arch::Llama
+                    | Arch::Granite
+                    | Arch::GraniteMoe
+                    | Arch::SmolLm3
+                    | Arch::Glm4
+                    | Arch::Mistral3
             );
             let (a, b) = if interleaved {
                 (2 * i, 2 * i + 1)
@@ -249,6 +255,11 @@ impl Ref<'_> {
                         }
                     }
                 }
+                // Mistral 3's attention temperature, past the original context.
+                if let Some((t, period)) = c.attn_temperature {
+                    let k = ((pos / period) as f64 + 1.0).ln() * t as f64 + 1.0;
+                    q.iter_mut().for_each(|v| *v *= k);
+                }
                 qs.push(q);
                 ks.push(k);
                 vs.push(v);
@@ -414,7 +425,7 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 14] = [
+const ARCHES: [Arch; 15] = [
     Arch::Gemma3,
     Arch::GptOss,
     Arch::Granite,
@@ -429,6 +440,7 @@ const ARCHES: [Arch; 14] = [
     Arch::Olmo2,
     Arch::SmolLm3,
     Arch::Glm4,
+    Arch::Mistral3,
 ];
 
 #[test]

@@ -22,7 +22,8 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<String> {
         PreTokenizer::Gpt2 => split_gpt2(&cpts, &flags, &whole),
         PreTokenizer::Llama3 => split_llama3(&cpts, &flags, &whole, 3),
         PreTokenizer::Qwen2 => split_llama3(&cpts, &flags, &whole, 1),
-        PreTokenizer::Gpt4o => split_gpt4o(&cpts, &flags, &whole),
+        PreTokenizer::Gpt4o => split_gpt4o(&cpts, &flags, &whole, true, 3),
+        PreTokenizer::Tekken => split_gpt4o(&cpts, &flags, &whole, false, 1),
         PreTokenizer::Starcoder => {
             let c = split_each(&flags, &whole, Flags::is_number);
             split_gpt2(&cpts, &flags, &c)
@@ -292,7 +293,15 @@ fn punct_or_space_end(w: &Window, pos: usize, trail: &[char]) -> usize {
 /// engine runs it: `U*` takes the longest run, then gives letters back until `L+` can start,
 /// so `HTMLParser` is one word and `helloWorld` two (`hello`, `World`); when no `L` can
 /// follow, the second alternative takes the upper-case run alone (`ABC`).
-fn split_gpt4o(cpts: &[char], flags: &[Flags], chunks: &[usize]) -> Vec<usize> {
+/// gpt-4o's regex, and Mistral's Tekken: the same without the contractions (`contractions`
+/// false) and with `digits` 1 instead of 3.
+fn split_gpt4o(
+    cpts: &[char],
+    flags: &[Flags],
+    chunks: &[usize],
+    contractions: bool,
+    digits: usize,
+) -> Vec<usize> {
     let mut out = Vec::with_capacity(chunks.len());
     for (ini, end) in ranges(chunks) {
         let w = Window {
@@ -322,7 +331,7 @@ fn split_gpt4o(cpts: &[char], flags: &[Flags], chunks: &[usize]) -> Vec<usize> {
                 // `U+L*`: no `L` after any prefix of the run, so `L*` is empty.
                 None => u_end,
             };
-            if let Some(n) = contraction_len(&w, e, true) {
+            if let Some(n) = contraction_len(&w, e, true).filter(|_| contractions) {
                 e += n;
             }
             e
@@ -346,10 +355,10 @@ fn split_gpt4o(cpts: &[char], flags: &[Flags], chunks: &[usize]) -> Vec<usize> {
                 cuts.cut(pos);
                 continue;
             }
-            // `\p{N}{1,3}`
+            // `\p{N}{1,3}` (Tekken: `\p{N}`)
             if f.is_number() {
                 let mut n = 0;
-                while n < 3 && w.is_number(pos) {
+                while n < digits && w.is_number(pos) {
                     pos += 1;
                     n += 1;
                 }

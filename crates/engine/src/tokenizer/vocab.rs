@@ -51,6 +51,9 @@ pub enum PreTokenizer {
     /// gpt-4o's o200k regex (`"gpt-4o"`, gpt-oss): words split at case changes, digits in
     /// threes, `/` and newlines kept on punctuation runs.
     Gpt4o,
+    /// Mistral's Tekken (`"tekken"`: Mistral Nemo, Ministral 3, Devstral): gpt-4o's words
+    /// without its contractions, every digit alone.
+    Tekken,
 }
 
 /// The tokenizer-related GGUF metadata, already read into plain values.
@@ -253,6 +256,7 @@ fn pre_tokenizer_from_name(
         | "mellum2" => (PreTokenizer::Starcoder, false, false),
         "falcon" => (PreTokenizer::Falcon, false, false),
         "gpt-4o" => (PreTokenizer::Gpt4o, false, false),
+        "tekken" => (PreTokenizer::Tekken, true, false),
         // GLM-4's regex is Llama 3's; it has no BOS default (see `Vocab::build`).
         "glm4" | "glm5" => (PreTokenizer::Llama3, true, false),
         "chatglm-bpe" => (PreTokenizer::Llama3, false, false),
