@@ -40,8 +40,10 @@ use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 
 use crate::core::conversation::prepare;
 use crate::core::error::ApiError;
+use crate::core::harmony;
 use crate::core::request::{GenerationOptions, Input, Prompt, PromptPiece};
 use crate::core::served::ServedModel;
+use crate::core::tool_syntax::ToolFormat;
 use crate::core::tools::Tools;
 
 /// An event of one choice.
@@ -109,6 +111,11 @@ pub async fn generate(
     // With tools, their grammar holds the structured answer too, if one is asked for.
     let tool_grammar = match &options.tools {
         Some(t) => served.tool_format.grammar(t, options.grammar.as_ref())?,
+        // A harmony model's structured answer is its final message (`core/harmony.rs`).
+        None if chat => match (served.tool_format, options.grammar.as_ref()) {
+            (ToolFormat::Harmony(marks), Some(g)) => harmony::answer_grammar(g, marks),
+            _ => None,
+        },
         None => None,
     };
     let constraint = match tool_grammar.as_ref().or(options.grammar.as_ref()) {

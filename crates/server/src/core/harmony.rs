@@ -27,7 +27,8 @@ use ferrox_engine::tokenizer::Tokenizer;
 use serde_json::Value;
 
 use crate::core::answer::AnswerPiece;
-use crate::core::tools::{ToolCall, ToolChoice, Tools};
+use crate::core::grammar::{with_layout, GrammarRequest, GrammarSpec};
+use crate::core::tools::{Parallel, ToolCall, ToolChoice, Tools};
 
 pub const START: &str = "<|start|>";
 pub const END: &str = "<|end|>";
@@ -306,7 +307,24 @@ pub fn read(
     (thought, said, calls)
 }
 
-/// The grammar of a harmony answer with tools: any number of analysis messages (free
+/// The grammar of a harmony answer without tools whose answer is asked to be JSON
+/// (`response_format`): free analysis, then the final message through the schema. `None`
+/// for a grammar or a regex, which then shapes the whole output as for any model.
+pub fn answer_grammar(answer: &GrammarRequest, marks: Marks) -> Option<GrammarRequest> {
+    let schema = with_layout(answer.structured().ok()?);
+    let tools = Tools {
+        tools: Vec::new(),
+        choice: ToolChoice::Auto,
+        parallel: Parallel::Off,
+    };
+    Some(GrammarRequest {
+        spec: GrammarSpec::Lark(grammar(&tools, Some(&schema), marks)),
+        param: answer.param.clone(),
+    })
+}
+
+/// The grammar of a harmony answer with tools (or, with none callable, of its final answer):
+/// any number of analysis messages (free
 /// text up to `<|end|>`; the first one already open if the prompt opened it), then a call (`required`, a named tool) or a call or the final
 /// message (`auto`; the final message is `answer`'s JSON when a structured answer is asked
 /// for beside the tools). A call is one of the callable tools, its recipient in either
@@ -323,9 +341,11 @@ pub fn grammar(tools: &Tools, answer: Option<&Value>, marks: Marks) -> String {
         (text(START), text(MESSAGE), text(CHANNEL), text(CONSTRAIN));
     let (end, call) = (by_id(marks.end, END), by_id(marks.call, CALL));
     let mut g = String::new();
-    let reply = match tools.choice {
-        ToolChoice::Auto => "call | final",
-        _ => "call",
+    let callable = tools.callable();
+    let reply = match (callable.is_empty(), &tools.choice) {
+        (true, _) => "final",
+        (false, ToolChoice::Auto) => "call | final",
+        (false, _) => "call",
     };
     let opened = match marks.in_analysis {
         true => format!("thought {start} \"assistant\" "),
@@ -344,18 +364,19 @@ pub fn grammar(tools: &Tools, answer: Option<&Value>, marks: Marks) -> String {
     g.push_str(&format!(
         "final: {channel} \"final\" {message} final_body\nfinal_body: {final_body}\n"
     ));
-    let callable = tools.callable();
-    let alternatives: Vec<String> = (0..callable.len()).map(|i| format!("call_{i}")).collect();
-    g.push_str(&format!("call: {}\n", alternatives.join(" | ")));
-    g.push_str(&format!(
-        "content_type: (\" \" {constrain}? \"json\")?\nchan: {channel} (\"commentary\" | \"analysis\")\n"
-    ));
+    if !callable.is_empty() {
+        let alternatives: Vec<String> = (0..callable.len()).map(|i| format!("call_{i}")).collect();
+        g.push_str(&format!("call: {}\n", alternatives.join(" | ")));
+        g.push_str(&format!(
+            "content_type: (\" \" {constrain}? \"json\")?\nchan: {channel} (\"commentary\" | \"analysis\")\n"
+        ));
+    }
     for (i, t) in callable.iter().enumerate() {
         let to = format!("\" to=functions.{}\"", t.name);
         g.push_str(&format!(
             "call_{i}: ({to} chan | chan {to}) content_type {message} args_{i} {call}\n\
              args_{i}: %json {}\n",
-            crate::core::grammar::with_layout(t.parameters.clone())
+            with_layout(t.parameters.clone())
         ));
     }
     g

@@ -166,15 +166,16 @@ impl ServedModel {
     }
 
     /// The reasoning split for a chat request: a thinking model's, unless tools or a
-    /// grammar shape the answer. Harmony's tool grammar leaves its reasoning free (and holds
-    /// a structured answer in its final channel, `core/harmony.rs`), so a gpt-oss answer
-    /// with tools is split too.
+    /// grammar shape the answer. Harmony's grammars leave its reasoning free and hold calls
+    /// and a JSON answer in their own messages (`core/harmony.rs`), so a gpt-oss answer
+    /// with tools or a schema is split too.
     pub fn thinking_for(&self, tools: bool, grammar: bool) -> Option<Thinking> {
-        let harmony_tools = tools && matches!(self.tool_format, ToolFormat::Harmony(_));
-        self.thinking.filter(|t| match harmony_tools {
-            true => t.tags == reasoning::HARMONY,
-            false => !tools && !grammar,
-        })
+        let harmony = matches!(self.tool_format, ToolFormat::Harmony(_));
+        self.thinking
+            .filter(|t| match harmony && (tools || grammar) {
+                true => t.tags == reasoning::HARMONY,
+                false => !tools && !grammar,
+            })
     }
 
     /// What a stream watches to learn that it must end.

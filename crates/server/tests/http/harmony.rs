@@ -311,3 +311,48 @@ async fn every_protocol_gives_the_reasoning_and_the_call() {
         assert_eq!(v["stop_reason"], stop, "{v}");
     }
 }
+
+/// A structured answer without tools is the final message's JSON, after free reasoning
+/// (as llama-server lays it out for gpt-oss), not raw JSON in place of the harmony headers.
+#[tokio::test]
+async fn a_json_schema_answer_is_the_final_message() {
+    let s = server().await;
+    let validator = jsonschema::validator_for(&weather()).unwrap();
+    let mut answered = 0;
+    for seed in 0..6 {
+        let body = json!({
+            "messages": [{"role": "user", "content": "weather?"}], "max_tokens": 300,
+            "temperature": 1.0, "seed": seed, "logprobs": true,
+            "logit_bias": {id_of("<|end|>").to_string(): 6},
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "w", "schema": weather()}},
+        });
+        let (status, v) = s.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        let content = choice["message"]["content"].as_str().unwrap();
+        assert!(!content.contains("<|"), "{v}");
+        if choice["finish_reason"] == "stop" {
+            // The model wrote the final message's header before the JSON.
+            let tokens: String = choice["logprobs"]["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["token"].as_str().unwrap())
+                .collect();
+            assert!(tokens.contains("<|channel|>final<|message|>{"), "{tokens}");
+            let answer: Value = serde_json::from_str(content).expect("the answer is JSON");
+            assert!(validator.is_valid(&answer), "{v}");
+            answered += 1;
+        }
+        let mut streamed = body;
+        streamed["stream"] = json!(true);
+        let (_, events) = s.stream("/v1/chat/completions", streamed).await;
+        let text: String = events
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, content, "seed {seed}");
+    }
+    assert!(answered >= 3, "only {answered} of 6 answered");
+}
