@@ -93,6 +93,22 @@ fn main() {
         layers(threads);
         return;
     }
+    if std::env::args().nth(2).as_deref() == Some("short") {
+        // Short rows from memory at n = 1 and 2: gpt-oss's 2,880-wide matrices (its MXFP4
+        // experts and Q8_0 attention), 32,768 rows of each type (~50-100 MB).
+        let pool = ThreadPool::new(threads);
+        for ty in [
+            GgmlType::MXFP4,
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::IQ4_NL,
+        ] {
+            for n in [1, 2] {
+                bench(&pool, ty, 32_768, 2880, n, 1.0);
+            }
+        }
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("head") {
         let pool = ThreadPool::new(threads);
         for n in [1, 16, 1, 16] {

@@ -10,7 +10,7 @@
 //! `maddubs` saturates at i16: unsigned quants are at most 31 and activations at most 127 in
 //! magnitude (2*31*127 fits); for Q8 weights `|w| <= 128` and `|x| <= 127` (2*128*127 fits).
 
-use crate::block::prefetch_ahead;
+use crate::block::{prefetch_span, PREFETCH_DISTANCE};
 use crate::legacy::{
     finish, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, Legacy32,
     MTerm,
@@ -236,7 +236,21 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
     for g in 0..groups {
         for wi in 0..WR {
             let wg = &ws[wi][4 * g..4 * g + 4];
-            prefetch_ahead(wg.as_ptr().cast::<u8>(), 4 * size_of::<B>());
+            // The tile reads its rows side by side, so the bytes `PREFETCH_DISTANCE` ahead
+            // of it lie `ahead` blocks further along each row or, past the row's end, in the
+            // row `WR` rows down: the next tile's, where the rows are consecutive
+            // (`dot_legacy_rows`). A short row (gpt-oss: 2,880 values) would otherwise hint
+            // only lines this tile is already reading.
+            let ahead = 4 * g + (PREFETCH_DISTANCE / (WR * size_of::<B>())).max(4);
+            let at = if ahead < nb {
+                ahead
+            } else {
+                ahead - nb + WR * nb
+            };
+            prefetch_span(
+                ws[wi].as_ptr().wrapping_add(at).cast::<u8>(),
+                4 * size_of::<B>(),
+            );
             // SAFETY: AVX2 and F16C are enabled in this function.
             let dw = unsafe { B::scales4(wg) };
             // Per activation row: the four block scales d*dx, and the m terms.
