@@ -20,6 +20,9 @@ pub enum Arch {
     Qwen3,
     /// Qwen 3's mixture of experts (Qwen3-30B-A3B): Qwen 3 attention, every FFN routed.
     Qwen3Moe,
+    /// Qwen 2's mixture of experts (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen 2 attention, every
+    /// FFN routed (weights not renormalised) plus a shared expert behind a sigmoid gate.
+    Qwen2Moe,
     /// OLMoE: RMSNorm over the whole Q and K projections (not per head), every FFN routed.
     Olmoe,
     /// OLMo 2: no norm before either block, an RMSNorm after each (before the residual add),
@@ -66,6 +69,7 @@ impl Arch {
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
             "qwen3moe" => Ok(Arch::Qwen3Moe),
+            "qwen2moe" => Ok(Arch::Qwen2Moe),
             "olmoe" => Ok(Arch::Olmoe),
             "olmo2" => Ok(Arch::Olmo2),
             "smollm3" => Ok(Arch::SmolLm3),
@@ -88,6 +92,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Olmoe => "olmoe",
             Arch::Olmo2 => "olmo2",
             Arch::SmolLm3 => "smollm3",
@@ -126,6 +131,7 @@ impl Arch {
             | Arch::SmolLm3
             | Arch::Llama
             | Arch::Qwen2
+            | Arch::Qwen2Moe
             | Arch::Phi3
             | Arch::Glm4
             | Arch::Mistral3
@@ -164,6 +170,9 @@ pub struct MoeConfig {
     pub gating: Gating,
     /// The experts' activation.
     pub act: ExpertAct,
+    /// Width of the shared expert every token also runs (Qwen 2 MoE's, its output scaled by
+    /// `sigmoid(ffn_gate_inp_shexp · x)`); 0: none.
+    pub n_ff_shared: usize,
 }
 
 /// How an MoE router's logits become the chosen experts' weights.
@@ -459,9 +468,12 @@ impl ModelConfig {
             | Arch::SmolLm3
             | Arch::Glm4
             | Arch::Mistral3 => (RopeStyle::Interleaved, Activation::Silu),
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe | Arch::Olmo2 => {
-                (RopeStyle::Neox, Activation::Silu)
-            }
+            Arch::Qwen2
+            | Arch::Qwen2Moe
+            | Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Olmoe
+            | Arch::Olmo2 => (RopeStyle::Neox, Activation::Silu),
             // No rotary embedding (learned positions); GELU as llama.cpp computes it.
             Arch::Bert => (RopeStyle::Neox, Activation::GeluTanh),
         };
@@ -583,7 +595,7 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
     let n_expert = opt_usize(f, &key("expert_count"))?.unwrap_or(0);
     let routed = matches!(
         arch,
-        Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
     );
     if n_expert == 0 {
         return if routed {
@@ -612,24 +624,34 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
             ));
         }
     }
-    for shared in ["expert_shared_count", "expert_shared_feed_forward_length"] {
-        if opt_usize(f, &key(shared))?.unwrap_or(0) > 0 {
-            return Err(bad(&key(shared), "shared experts unsupported"));
+    // Qwen 2 MoE always has its shared expert, `feed_forward_length` wide unless the file
+    // says; the other families' shared experts are not computed here.
+    let n_ff_shared = match arch {
+        Arch::Qwen2Moe => opt_usize(f, &key("expert_shared_feed_forward_length"))?
+            .filter(|&w| w > 0)
+            .unwrap_or(n_ff),
+        _ => {
+            for shared in ["expert_shared_count", "expert_shared_feed_forward_length"] {
+                if opt_usize(f, &key(shared))?.unwrap_or(0) > 0 {
+                    return Err(bad(&key(shared), "shared experts unsupported"));
+                }
+            }
+            0
         }
-    }
+    };
     Ok(Some(MoeConfig {
         n_expert,
         n_used,
         // As llama.cpp reads it: Qwen3-MoE has its own key (else n_ff / n_used); Mixtral-style
         // Llama and OLMoE experts are `feed_forward_length` wide.
         n_ff_exp: match arch {
-            Arch::Qwen3Moe => {
+            Arch::Qwen3Moe | Arch::Qwen2Moe => {
                 opt_usize(f, &key("expert_feed_forward_length"))?.unwrap_or(n_ff / n_used)
             }
             Arch::GptOss => get_usize(f, &key("expert_feed_forward_length"))?,
             _ => n_ff,
         },
-        norm_weights: !matches!(arch, Arch::Olmoe | Arch::GptOss),
+        norm_weights: !matches!(arch, Arch::Olmoe | Arch::GptOss | Arch::Qwen2Moe),
         weights_scale: opt_f32(f, &key("expert_weights_scale"))?.unwrap_or(1.0),
         gating: match arch {
             Arch::GptOss => Gating::SoftmaxOfChosen,
@@ -642,6 +664,7 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
             },
             _ => ExpertAct::Silu,
         },
+        n_ff_shared,
     }))
 }
 

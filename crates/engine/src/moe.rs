@@ -38,6 +38,8 @@ pub(crate) struct MoeScratch {
     down: Vec<f32>,
     /// Expert outputs: row r's slot k at `(r * n_used + k) * d`.
     y: Vec<f32>,
+    /// The shared expert's output, `n * d`.
+    shared: Vec<f32>,
     acts: Activations,
 }
 
@@ -180,7 +182,22 @@ pub(crate) fn moe_ffn(
             s.y[at..at + d].copy_from_slice(&s.down[i * d..(i + 1) * d]);
         }
     }
-    let (y, routes) = (&s.y, &s.routes);
+    if let Some(sh) = &w.shared {
+        // The shared expert: a dense SiLU-gated FFN over every row (row by row, like any
+        // dense layer, so batch-invariant).
+        let width = cfg.n_ff_shared;
+        s.gate.resize(n * width, 0.0);
+        s.up.resize(n * width, 0.0);
+        matmul(pool, &sh.gate.view(file), h, n, &mut s.gate);
+        matmul(pool, &sh.up.view(file), h, n, &mut s.up);
+        let upv = &s.up;
+        par_rows(pool, &mut s.gate, width, &|r, g| {
+            silu_mul(g, &upv[r * width..(r + 1) * width])
+        });
+        s.shared.resize(n * d, 0.0);
+        matmul(pool, &sh.down.view(file), &s.gate, n, &mut s.shared);
+    }
+    let (y, routes, shared) = (&s.y, &s.routes, &s.shared);
     par_rows(pool, &mut out[..n * d], d, &|r, o| {
         for slot in 0..k {
             let wk = routes[r * k + slot].1;
@@ -190,6 +207,14 @@ pub(crate) fn moe_ffn(
             } else {
                 o.iter_mut().zip(yk).for_each(|(o, &v)| *o += v * wk);
             }
+        }
+        if let Some(sh) = &w.shared {
+            // Scaled by sigmoid(x · gate_inp), added after the routed experts' sum.
+            let x = &h[r * d..(r + 1) * d];
+            let g: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
+            let gate = 1.0 / (1.0 + (-g).exp());
+            let ys = &shared[r * d..(r + 1) * d];
+            o.iter_mut().zip(ys).for_each(|(o, &v)| *o += v * gate);
         }
     });
 }
@@ -207,6 +232,7 @@ mod tests {
             weights_scale: scale,
             gating: Gating::Softmax,
             act: ExpertAct::Silu,
+            n_ff_shared: 0,
         }
     }
 

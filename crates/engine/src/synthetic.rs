@@ -69,7 +69,7 @@ impl SyntheticSpec {
     pub fn tiny(arch: Arch, seed: u64) -> SyntheticSpec {
         let moe = matches!(
             arch,
-            Arch::Qwen3Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss | Arch::GraniteMoe
         );
         // Gemma 3's window pattern needs six layers to show, gpt-oss's alternation and
         // SmolLM 3's layer without RoPE four.
@@ -100,9 +100,17 @@ impl SyntheticSpec {
             },
             untied_output: matches!(
                 arch,
-                Arch::Llama | Arch::Olmoe | Arch::Olmo2 | Arch::Phi3 | Arch::GptOss
+                Arch::Llama
+                    | Arch::Olmoe
+                    | Arch::Olmo2
+                    | Arch::Phi3
+                    | Arch::GptOss
+                    | Arch::Qwen2Moe
             ),
-            qkv_bias: matches!(arch, Arch::Qwen2 | Arch::GptOss | Arch::Glm4),
+            qkv_bias: matches!(
+                arch,
+                Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4
+            ),
             weight_type: GgmlType::F32,
             n_expert: if moe { 8 } else { 0 },
             n_expert_used: if moe { 2 } else { 0 },
@@ -195,6 +203,7 @@ impl SyntheticSpec {
             ("qwen2", SyntheticSpec::parity(Arch::Qwen2, false)),
             ("qwen3", SyntheticSpec::parity(Arch::Qwen3, false)),
             ("qwen3moe", SyntheticSpec::parity(Arch::Qwen3Moe, false)),
+            ("qwen2moe", SyntheticSpec::parity(Arch::Qwen2Moe, false)),
             ("olmoe", SyntheticSpec::parity(Arch::Olmoe, false)),
             ("mixtral", SyntheticSpec::parity(Arch::Llama, true)),
             ("gpt-oss", SyntheticSpec::parity(Arch::GptOss, false)),
@@ -333,9 +342,10 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     w.add_metadata(&format!("{a}.context_length"), u32v(s.context_length));
     w.add_metadata(&format!("{a}.embedding_length"), u32v(s.n_embd));
     w.add_metadata(&format!("{a}.block_count"), u32v(s.n_layer));
-    // Only Qwen3-MoE gives its experts their own width; Llama's (Mixtral's) and OLMoE's are
-    // `feed_forward_length` wide.
-    let own_width = s.n_expert > 0 && s.arch != Arch::Qwen3Moe;
+    // The Qwen MoEs give their experts their own width (Qwen 2's `feed_forward_length` is
+    // its shared expert's); Llama's (Mixtral's) and OLMoE's are `feed_forward_length` wide.
+    let qwen_moe = matches!(s.arch, Arch::Qwen3Moe | Arch::Qwen2Moe);
+    let own_width = s.n_expert > 0 && !qwen_moe;
     let ffn_width = if own_width { s.n_ff_exp } else { s.n_ff };
     w.add_metadata(&format!("{a}.feed_forward_length"), u32v(ffn_width));
     w.add_metadata(&format!("{a}.attention.head_count"), u32v(s.n_head));
@@ -400,8 +410,14 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
     if s.n_expert > 0 {
         w.add_metadata(&format!("{a}.expert_count"), u32v(s.n_expert));
         w.add_metadata(&format!("{a}.expert_used_count"), u32v(s.n_expert_used));
-        if matches!(s.arch, Arch::Qwen3Moe | Arch::GptOss) {
+        if qwen_moe || s.arch == Arch::GptOss {
             w.add_metadata(&format!("{a}.expert_feed_forward_length"), u32v(s.n_ff_exp));
+        }
+        if s.arch == Arch::Qwen2Moe {
+            w.add_metadata(
+                &format!("{a}.expert_shared_feed_forward_length"),
+                u32v(s.n_ff),
+            );
         }
     }
     if let Some(p) = s.pooling_type {
@@ -537,6 +553,14 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             tensor(&mut w, &p("ffn_gate_exps.weight"), ne, fe, d, wt);
             tensor(&mut w, &p("ffn_up_exps.weight"), ne, fe, d, wt);
             tensor(&mut w, &p("ffn_down_exps.weight"), ne, d, fe, wt);
+            if s.arch == Arch::Qwen2Moe {
+                // The shared expert and its gate (small values of either sign, so the
+                // sigmoid is not saturated).
+                tensor(&mut w, &p("ffn_gate_shexp.weight"), 1, ff, d, wt);
+                tensor(&mut w, &p("ffn_up_shexp.weight"), 1, ff, d, wt);
+                tensor(&mut w, &p("ffn_down_shexp.weight"), 1, d, ff, wt);
+                bias(&mut w, &p("ffn_gate_inp_shexp.weight"), &[d as u64]);
+            }
             if oss {
                 bias(&mut w, &p("ffn_gate_inp.bias"), &[ne as u64]);
                 bias(&mut w, &p("ffn_gate_exps.bias"), &[fe as u64, ne as u64]);

@@ -111,6 +111,18 @@ pub struct MoeWeights {
     pub gate: Experts,
     pub up: Experts,
     pub down: Experts,
+    /// The shared expert every token runs (Qwen 2 MoE).
+    pub shared: Option<SharedExpert>,
+}
+
+/// A shared expert: a dense SiLU-gated FFN and the vector whose dot with the input, through
+/// a sigmoid, scales its output.
+#[derive(Debug)]
+pub struct SharedExpert {
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+    pub gate_inp: Vec<f32>,
 }
 
 /// A 3-D tensor of `n` matrices of `rows` × `cols`, stored one after another (GGUF dims
@@ -263,6 +275,15 @@ impl Weights {
                         gate: experts(f, &p("ffn_gate_exps.weight"), m.n_expert, m.n_ff_exp, d)?,
                         up: experts(f, &p("ffn_up_exps.weight"), m.n_expert, m.n_ff_exp, d)?,
                         down: experts(f, &p("ffn_down_exps.weight"), m.n_expert, d, m.n_ff_exp)?,
+                        shared: match m.n_ff_shared {
+                            0 => None,
+                            w => Some(SharedExpert {
+                                gate: matrix(f, &p("ffn_gate_shexp.weight"), w, d)?,
+                                up: matrix(f, &p("ffn_up_shexp.weight"), w, d)?,
+                                down: matrix(f, &p("ffn_down_shexp.weight"), d, w)?,
+                                gate_inp: vector(f, &p("ffn_gate_inp_shexp.weight"), d)?,
+                            }),
+                        },
                     }),
                 },
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,

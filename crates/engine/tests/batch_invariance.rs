@@ -168,6 +168,7 @@ fn synthetic_models_are_batch_and_chunk_invariant() {
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Qwen3Moe,
+        Arch::Qwen2Moe,
         Arch::Olmoe,
         Arch::GptOss,
         Arch::Granite,

@@ -165,6 +165,25 @@ impl Ref<'_> {
                 let y = add(Self::mv(&de[ex * d * ff..(ex + 1) * d * ff], &a), &db, ex);
                 o.iter_mut().zip(&y).for_each(|(o, y)| *o += wgt * y);
             }
+            // Qwen 2 MoE's shared expert, scaled by sigmoid(h · gate_inp).
+            if let Some(gi) = self.t(&p("ffn_gate_inp_shexp.weight")) {
+                let (gs, us, ds) = (
+                    self.w(&p("ffn_gate_shexp.weight")),
+                    self.w(&p("ffn_up_shexp.weight")),
+                    self.w(&p("ffn_down_shexp.weight")),
+                );
+                let g = Self::mv(&gs, &h);
+                let u = Self::mv(&us, &h);
+                let a: Vec<f64> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                let y = Self::mv(&ds, &a);
+                let z: f64 = h.iter().zip(&gi).map(|(a, b)| a * b).sum();
+                let gate = 1.0 / (1.0 + (-z).exp());
+                o.iter_mut().zip(&y).for_each(|(o, y)| *o += gate * y);
+            }
             let k = self.c.residual_scale.unwrap_or(1.0) as f64;
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += k * b);
         }
@@ -425,7 +444,7 @@ fn compare(spec: &SyntheticSpec, prompt_len: usize) -> f64 {
     max_diff / spread
 }
 
-const ARCHES: [Arch; 15] = [
+const ARCHES: [Arch; 16] = [
     Arch::Gemma3,
     Arch::GptOss,
     Arch::Granite,
@@ -436,6 +455,7 @@ const ARCHES: [Arch; 15] = [
     Arch::Qwen2,
     Arch::Qwen3,
     Arch::Qwen3Moe,
+    Arch::Qwen2Moe,
     Arch::Olmoe,
     Arch::Olmo2,
     Arch::SmolLm3,
