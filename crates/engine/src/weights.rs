@@ -112,7 +112,7 @@ pub struct MoeWeights {
     pub up: Experts,
     pub down: Experts,
     /// The shared expert every token runs (Qwen 2 MoE).
-    pub shared: Option<SharedExpert>,
+    pub shared: Option<Box<SharedExpert>>,
 }
 
 /// A shared expert: a dense SiLU-gated FFN and the vector whose dot with the input, through
@@ -277,12 +277,12 @@ impl Weights {
                         down: experts(f, &p("ffn_down_exps.weight"), m.n_expert, d, m.n_ff_exp)?,
                         shared: match m.n_ff_shared {
                             0 => None,
-                            w => Some(SharedExpert {
+                            w => Some(Box::new(SharedExpert {
                                 gate: matrix(f, &p("ffn_gate_shexp.weight"), w, d)?,
                                 up: matrix(f, &p("ffn_up_shexp.weight"), w, d)?,
                                 down: matrix(f, &p("ffn_down_shexp.weight"), d, w)?,
                                 gate_inp: vector(f, &p("ffn_gate_inp_shexp.weight"), d)?,
-                            }),
+                            })),
                         },
                     }),
                 },
