@@ -21,7 +21,7 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
     let offsets: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => &[0],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         _ => &[],
@@ -29,6 +29,11 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     for block in bytes.chunks_exact_mut(ty.block_bytes()) {
         for &o in offsets {
             block[o..o + 2].copy_from_slice(&scale);
+        }
+        // MXFP4's scale is a power of two, 2^(e - 128): a model's, not a random byte's
+        // (which reaches subnormal and infinite products).
+        if ty == GgmlType::MXFP4 {
+            block[0] = 120;
         }
     }
     bytes
