@@ -257,6 +257,12 @@ pub struct ModelConfig {
     pub no_rope_period: usize,
     /// YaRN, when the file asks for it (`rope.scaling.type = yarn`).
     pub yarn: Option<Yarn>,
+    /// What the rotations' cos and sin are multiplied by without YaRN
+    /// (`rope.scaling.attn_factor`: LongRoPE's √(1 + ln s / ln n), else 1).
+    pub rope_attn_factor: f32,
+    /// The context the model was trained at before scaling
+    /// (`rope.scaling.original_context_length`), if the file says.
+    pub rope_orig_ctx: Option<usize>,
     /// Mistral 3's attention temperature (`attention.temperature_scale`): a query at
     /// position `p` is multiplied by `1 + scale · ln(⌊p / period⌋ + 1)`, `period` the
     /// original context (`rope.scaling.original_context_length`), so 1 within it.
@@ -526,6 +532,8 @@ impl ModelConfig {
             },
             no_rope_period: if arch == Arch::SmolLm3 { 4 } else { 0 },
             yarn,
+            rope_attn_factor: opt_f32(f, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0),
+            rope_orig_ctx: opt_usize(f, &key("rope.scaling.original_context_length"))?,
             attn_temperature,
             activation,
             scale_embeddings: arch.is_gemma(),

@@ -152,14 +152,24 @@ impl Model {
             }
             _ => None,
         };
-        // Llama 3.1's frequency factors (`rope_freqs.weight`, one per rotated pair, the
-        // same for every layer) divide each pair's frequency, as llama.cpp's rope does.
-        let factors = match file.tensor("rope_freqs.weight") {
-            Some(_) => Some(crate::weights::vector(
-                &file,
-                "rope_freqs.weight",
-                config.rope_dim / 2,
-            )?),
+        // Frequency factors (one per rotated pair, the same for every layer) divide each
+        // pair's frequency, as llama.cpp's rope does: Llama 3.1's `rope_freqs.weight`, or
+        // LongRoPE's (128k Phi-3, Phi-4-mini) long factors when the model is served past its
+        // original context (llama.cpp's default context is the trained one, so: when the
+        // file's context is longer than the original), else its short ones.
+        let long = config
+            .rope_orig_ctx
+            .is_some_and(|orig| config.context_length > orig);
+        let name = [
+            "rope_freqs.weight",
+            "rope_factors_long.weight",
+            "rope_factors_short.weight",
+        ]
+        .into_iter()
+        .filter(|&n| long || n != "rope_factors_long.weight")
+        .find(|&n| file.tensor(n).is_some());
+        let factors = match name {
+            Some(name) => Some(crate::weights::vector(&file, name, config.rope_dim / 2)?),
             None => None,
         };
         let freqs = |base: f32, scale: f32| {
@@ -403,7 +413,7 @@ impl Model {
         let s = guard.as_deref_mut().unwrap_or(&mut fresh);
         s.resize(cfg, n);
         let positions: Vec<usize> = queries.iter().map(|q| q.pos).collect();
-        let mscale = cfg.yarn.map_or(1.0, |y| y.mscale);
+        let mscale = cfg.yarn.map_or(cfg.rope_attn_factor, |y| y.mscale);
         rope_table(&mut s.rope_global, &positions, &self.freqs_global, mscale);
         rope_table(&mut s.rope_swa, &positions, &self.freqs_swa, mscale);
         self.embed(weights, &tokens, &mut s.x);

@@ -56,6 +56,10 @@ pub struct SyntheticSpec {
     /// Write Llama 3.1's `rope_freqs.weight`: a factor per rotated pair dividing its
     /// frequency (1 for the fastest pair up to 8 for the slowest, as Llama 3.1's are).
     pub rope_freq_factors: bool,
+    /// Phi-4-mini's rotary setup: RoPE on three quarters of each head, and LongRoPE (long
+    /// and short factors, an original context an eighth of the context, so the long ones
+    /// apply, and their magnitude `rope.scaling.attn_factor`).
+    pub long_rope: bool,
     /// Multiplies the final norm's weights: sharper logits (a random model's top two are
     /// otherwise often near-tied, and a near-tie proves nothing in a parity check).
     pub logit_scale: f32,
@@ -120,6 +124,7 @@ impl SyntheticSpec {
             chat_template: None,
             byte_tokens: true,
             rope_freq_factors: false,
+            long_rope: false,
             logit_scale: 1.0,
             seed,
         }
@@ -192,6 +197,13 @@ impl SyntheticSpec {
             ("gemma3", SyntheticSpec::parity(Arch::Gemma3, false)),
             ("gemma2", SyntheticSpec::parity(Arch::Gemma2, false)),
             ("phi3", SyntheticSpec::parity(Arch::Phi3, false)),
+            (
+                "phi4-mini",
+                SyntheticSpec {
+                    long_rope: true,
+                    ..SyntheticSpec::parity(Arch::Phi3, false)
+                },
+            ),
             ("llama", SyntheticSpec::parity(Arch::Llama, false)),
             (
                 "llama3.1",
@@ -390,6 +402,17 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         );
         w.add_metadata(&format!("{a}.attention.temperature_scale"), Value::F32(0.3));
     }
+    if s.long_rope {
+        w.add_metadata(
+            &format!("{a}.rope.dimension_count"),
+            u32v(s.head_dim * 3 / 4),
+        );
+        w.add_metadata(
+            &format!("{a}.rope.scaling.original_context_length"),
+            u32v((s.context_length / 8).max(8)),
+        );
+        w.add_metadata(&format!("{a}.rope.scaling.attn_factor"), Value::F32(1.19));
+    }
     if s.arch == Arch::Glm4 {
         // GLM-4 rotates half of each head.
         w.add_metadata(&format!("{a}.rope.dimension_count"), u32v(s.head_dim / 2));
@@ -496,13 +519,21 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         tensor(&mut w, "output.weight", 1, s.n_vocab, d, wt);
     }
     vector(&mut w, "output_norm.weight", d, s.logit_scale);
-    if s.rope_freq_factors {
-        let n = s.head_dim / 2;
-        let factors: Vec<f32> = (0..n)
-            .map(|i| 8f32.powf(i as f32 / (n - 1).max(1) as f32))
+    // Per-pair frequency factors: 1 for the fastest pair up to `top` for the slowest.
+    let factors = |w: &mut GgufWriter, name: &str, n: usize, top: f32| {
+        let f: Vec<f32> = (0..n)
+            .map(|i| top.powf(i as f32 / (n - 1).max(1) as f32))
             .collect();
-        let bytes = factors.iter().flat_map(|v| v.to_le_bytes()).collect();
-        w.add_tensor("rope_freqs.weight", &[n as u64], GgmlType::F32, bytes);
+        let bytes = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(name, &[n as u64], GgmlType::F32, bytes);
+    };
+    if s.rope_freq_factors {
+        factors(&mut w, "rope_freqs.weight", s.head_dim / 2, 8.0);
+    }
+    if s.long_rope {
+        let n = s.head_dim * 3 / 8;
+        factors(&mut w, "rope_factors_long.weight", n, 16.0);
+        factors(&mut w, "rope_factors_short.weight", n, 1.5);
     }
     let qk_norm = s.arch.qk_norm();
     // Phi-3 stores Q/K/V as one `attn_qkv` and gate/up as one `ffn_up`; GLM-4 only the

@@ -180,11 +180,6 @@ impl Weights {
                 reason: "feed-forward biases are unsupported",
             });
         }
-        if f.tensor("rope_factors_long.weight").is_some() {
-            return Err(EngineError::UnsupportedFeature(
-                "LongRoPE frequency factors (`rope_factors_long.weight`, 128k-context Phi-3)",
-            ));
-        }
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for il in 0..cfg.n_layer {
             let p = |s: &str| format!("blk.{il}.{s}");

@@ -57,14 +57,23 @@ impl Ref<'_> {
             // The magnitude (1 + 0.1 ln factor, or Mistral 3's ratio) as the config read it.
             (f, low, high, y.mscale as f64)
         });
-        // Llama 3.1's per-pair factors divide the frequencies.
-        let factors = self.t("rope_freqs.weight");
+        // Per-pair factors divide the frequencies: Llama 3.1's, or LongRoPE's long ones past
+        // the original context (the file's context is longer), else its short ones.
+        let long = self
+            .c
+            .rope_orig_ctx
+            .is_some_and(|o| self.c.context_length > o);
+        let factors = self.t("rope_freqs.weight").or_else(|| match long {
+            true => self.t("rope_factors_long.weight"),
+            false => self.t("rope_factors_short.weight"),
+        });
         for i in 0..d / 2 {
             let mut theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
             if let Some(k) = &factors {
                 theta /= k[i];
             }
-            let mut mag = 1.0;
+            // LongRoPE's magnitude (1 for everything else without YaRN).
+            let mut mag = self.c.rope_attn_factor as f64;
             if let Some((f, low, high, m)) = yarn {
                 let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
                 theta *= f * (1.0 - ramp) + ramp;
@@ -480,6 +489,18 @@ fn llama_3_1_rope_factors_track_the_f64_reference() {
     let spec = SyntheticSpec {
         rope_freq_factors: true,
         ..SyntheticSpec::tiny(Arch::Llama, 7)
+    };
+    let rel = compare(&spec, 20);
+    assert!(rel < 5e-3, "{rel}");
+}
+
+/// Phi-4-mini's rotary setup: RoPE on three quarters of each head and LongRoPE's factors
+/// and magnitude.
+#[test]
+fn phi4_mini_long_rope_tracks_the_f64_reference() {
+    let spec = SyntheticSpec {
+        long_rope: true,
+        ..SyntheticSpec::tiny(Arch::Phi3, 7)
     };
     let rel = compare(&spec, 20);
     assert!(rel < 5e-3, "{rel}");
