@@ -22,14 +22,15 @@ async fn top(s: &TestServer, ids: &[u64]) -> Vec<(u64, f64)> {
     let (status, body) = s
         .post(
             "/completion",
+            // EOS is an ordinary token here, as it was in the golden's (`ignore_eos`) run.
             json!({"prompt": ids, "n_predict": 1, "temperature": 0, "n_probs": 10,
-                   "post_sampling_probs": false, "cache_prompt": true}),
+                   "post_sampling_probs": false, "cache_prompt": true, "ignore_eos": true}),
         )
         .await;
     assert_eq!(status, 200, "{body}");
     body["completion_probabilities"][0]["top_logprobs"]
         .as_array()
-        .unwrap()
+        .unwrap_or_else(|| panic!("no probabilities: {body}"))
         .iter()
         .map(|t| (t["id"].as_u64().unwrap(), t["logprob"].as_f64().unwrap()))
         .collect()
