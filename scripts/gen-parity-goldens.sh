@@ -23,7 +23,7 @@ cargo build -q --release -p ferrox-engine --example parity_model
 NAMES=("$@")
 if [ ${#NAMES[@]} -eq 0 ]; then
     NAMES=(gemma3 gemma2 phi3 llama qwen2 qwen3 qwen3moe olmoe mixtral gpt-oss granite granitemoe
-        olmo2 smollm3 glm4 llama3.1 mistral3 qwen2moe phi4-mini bert-reranker)
+        olmo2 smollm3 glm4 llama3.1 mistral3 qwen2moe phi4-mini granitemoe-shared bert-reranker)
 fi
 for name in "${NAMES[@]}"; do
     fp=$(target/release/examples/parity_model "$name" "$WORK/$name.gguf")

@@ -171,7 +171,7 @@ pub struct MoeConfig {
     /// The experts' activation.
     pub act: ExpertAct,
     /// Width of the shared expert every token also runs (Qwen 2 MoE's, its output scaled by
-    /// `sigmoid(ffn_gate_inp_shexp · x)`); 0: none.
+    /// `sigmoid(ffn_gate_inp_shexp · x)`; Granite MoE's, added as it is); 0: none.
     pub n_ff_shared: usize,
 }
 
@@ -633,11 +633,13 @@ fn moe_config(f: &GgufFile, arch: Arch, n_ff: usize) -> Result<Option<MoeConfig>
         }
     }
     // Qwen 2 MoE always has its shared expert, `feed_forward_length` wide unless the file
-    // says; the other families' shared experts are not computed here.
+    // says; Granite MoE has one (ungated) where the file gives its width; the other
+    // families' shared experts are not computed here.
     let n_ff_shared = match arch {
         Arch::Qwen2Moe => opt_usize(f, &key("expert_shared_feed_forward_length"))?
             .filter(|&w| w > 0)
             .unwrap_or(n_ff),
+        Arch::GraniteMoe => opt_usize(f, &key("expert_shared_feed_forward_length"))?.unwrap_or(0),
         _ => {
             for shared in ["expert_shared_count", "expert_shared_feed_forward_length"] {
                 if opt_usize(f, &key(shared))?.unwrap_or(0) > 0 {

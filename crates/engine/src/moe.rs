@@ -209,12 +209,18 @@ pub(crate) fn moe_ffn(
             }
         }
         if let Some(sh) = &w.shared {
-            // Scaled by sigmoid(x · gate_inp), added after the routed experts' sum.
-            let x = &h[r * d..(r + 1) * d];
-            let g: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
-            let gate = 1.0 / (1.0 + (-g).exp());
+            // Added after the routed experts' sum; Qwen 2 MoE's scaled by
+            // sigmoid(x · gate_inp) first.
             let ys = &shared[r * d..(r + 1) * d];
-            o.iter_mut().zip(ys).for_each(|(o, &v)| *o += v * gate);
+            match &sh.gate_inp {
+                Some(gi) => {
+                    let x = &h[r * d..(r + 1) * d];
+                    let g: f32 = x.iter().zip(gi).map(|(a, b)| a * b).sum();
+                    let gate = 1.0 / (1.0 + (-g).exp());
+                    o.iter_mut().zip(ys).for_each(|(o, &v)| *o += v * gate);
+                }
+                None => o.iter_mut().zip(ys).for_each(|(o, &v)| *o += v),
+            }
         }
     });
 }

@@ -60,6 +60,8 @@ pub struct SyntheticSpec {
     /// and short factors, an original context an eighth of the context, so the long ones
     /// apply, and their magnitude `rope.scaling.attn_factor`).
     pub long_rope: bool,
+    /// Give an MoE a shared expert (Granite MoE's, ungated; Qwen 2 MoE always has its own).
+    pub shared_expert: bool,
     /// Multiplies the final norm's weights: sharper logits (a random model's top two are
     /// otherwise often near-tied, and a near-tie proves nothing in a parity check).
     pub logit_scale: f32,
@@ -125,6 +127,7 @@ impl SyntheticSpec {
             byte_tokens: true,
             rope_freq_factors: false,
             long_rope: false,
+            shared_expert: false,
             logit_scale: 1.0,
             seed,
         }
@@ -221,6 +224,13 @@ impl SyntheticSpec {
             ("gpt-oss", SyntheticSpec::parity(Arch::GptOss, false)),
             ("granite", SyntheticSpec::parity(Arch::Granite, false)),
             ("granitemoe", SyntheticSpec::parity(Arch::GraniteMoe, false)),
+            (
+                "granitemoe-shared",
+                SyntheticSpec {
+                    shared_expert: true,
+                    ..SyntheticSpec::parity(Arch::GraniteMoe, false)
+                },
+            ),
             ("olmo2", SyntheticSpec::parity(Arch::Olmo2, false)),
             ("smollm3", SyntheticSpec::parity(Arch::SmolLm3, false)),
             ("glm4", SyntheticSpec::parity(Arch::Glm4, false)),
@@ -436,7 +446,7 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
         if qwen_moe || s.arch == Arch::GptOss {
             w.add_metadata(&format!("{a}.expert_feed_forward_length"), u32v(s.n_ff_exp));
         }
-        if s.arch == Arch::Qwen2Moe {
+        if s.arch == Arch::Qwen2Moe || s.shared_expert {
             w.add_metadata(
                 &format!("{a}.expert_shared_feed_forward_length"),
                 u32v(s.n_ff),
@@ -584,12 +594,13 @@ pub fn build_gguf(spec: &SyntheticSpec) -> Vec<u8> {
             tensor(&mut w, &p("ffn_gate_exps.weight"), ne, fe, d, wt);
             tensor(&mut w, &p("ffn_up_exps.weight"), ne, fe, d, wt);
             tensor(&mut w, &p("ffn_down_exps.weight"), ne, d, fe, wt);
-            if s.arch == Arch::Qwen2Moe {
-                // The shared expert and its gate (small values of either sign, so the
-                // sigmoid is not saturated).
+            if s.arch == Arch::Qwen2Moe || s.shared_expert {
                 tensor(&mut w, &p("ffn_gate_shexp.weight"), 1, ff, d, wt);
                 tensor(&mut w, &p("ffn_up_shexp.weight"), 1, ff, d, wt);
                 tensor(&mut w, &p("ffn_down_shexp.weight"), 1, d, ff, wt);
+            }
+            if s.arch == Arch::Qwen2Moe {
+                // Its gate: small values of either sign, so the sigmoid is not saturated.
                 bias(&mut w, &p("ffn_gate_inp_shexp.weight"), &[d as u64]);
             }
             if oss {

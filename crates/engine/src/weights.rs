@@ -115,14 +115,14 @@ pub struct MoeWeights {
     pub shared: Option<Box<SharedExpert>>,
 }
 
-/// A shared expert: a dense SiLU-gated FFN and the vector whose dot with the input, through
-/// a sigmoid, scales its output.
+/// A shared expert: a dense SiLU-gated FFN and, for Qwen 2 MoE, the vector whose dot with
+/// the input, through a sigmoid, scales its output.
 #[derive(Debug)]
 pub struct SharedExpert {
     pub gate: Matrix,
     pub up: Matrix,
     pub down: Matrix,
-    pub gate_inp: Vec<f32>,
+    pub gate_inp: Option<Vec<f32>>,
 }
 
 /// A 3-D tensor of `n` matrices of `rows` × `cols`, stored one after another (GGUF dims
@@ -276,7 +276,7 @@ impl Weights {
                                 gate: matrix(f, &p("ffn_gate_shexp.weight"), w, d)?,
                                 up: matrix(f, &p("ffn_up_shexp.weight"), w, d)?,
                                 down: matrix(f, &p("ffn_down_shexp.weight"), d, w)?,
-                                gate_inp: vector(f, &p("ffn_gate_inp_shexp.weight"), d)?,
+                                gate_inp: opt_vec(p("ffn_gate_inp_shexp.weight"), d)?,
                             })),
                         },
                     }),

@@ -174,8 +174,9 @@ impl Ref<'_> {
                 let y = add(Self::mv(&de[ex * d * ff..(ex + 1) * d * ff], &a), &db, ex);
                 o.iter_mut().zip(&y).for_each(|(o, y)| *o += wgt * y);
             }
-            // Qwen 2 MoE's shared expert, scaled by sigmoid(h · gate_inp).
-            if let Some(gi) = self.t(&p("ffn_gate_inp_shexp.weight")) {
+            // A shared expert: Qwen 2 MoE's scaled by sigmoid(h · gate_inp), Granite's as is.
+            if self.t(&p("ffn_up_shexp.weight")).is_some() {
+                let gi = self.t(&p("ffn_gate_inp_shexp.weight"));
                 let (gs, us, ds) = (
                     self.w(&p("ffn_gate_shexp.weight")),
                     self.w(&p("ffn_up_shexp.weight")),
@@ -189,8 +190,13 @@ impl Ref<'_> {
                     .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
                     .collect();
                 let y = Self::mv(&ds, &a);
-                let z: f64 = h.iter().zip(&gi).map(|(a, b)| a * b).sum();
-                let gate = 1.0 / (1.0 + (-z).exp());
+                let gate = match gi {
+                    Some(gi) => {
+                        let z: f64 = h.iter().zip(&gi).map(|(a, b)| a * b).sum();
+                        1.0 / (1.0 + (-z).exp())
+                    }
+                    None => 1.0,
+                };
                 o.iter_mut().zip(&y).for_each(|(o, y)| *o += gate * y);
             }
             let k = self.c.residual_scale.unwrap_or(1.0) as f64;
