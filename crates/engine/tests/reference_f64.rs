@@ -489,27 +489,22 @@ fn f32_weights_track_the_f64_reference() {
     }
 }
 
-/// Llama 3.1's `rope_freqs.weight` divides each pair's frequency.
+/// Frequency factors: Llama 3.1's `rope_freqs.weight`, and Phi-4-mini's rotary setup (RoPE
+/// on three quarters of each head, LongRoPE's factors and magnitude).
 #[test]
-fn llama_3_1_rope_factors_track_the_f64_reference() {
-    let spec = SyntheticSpec {
+fn rope_factors_track_the_f64_reference() {
+    let llama31 = SyntheticSpec {
         rope_freq_factors: true,
         ..SyntheticSpec::tiny(Arch::Llama, 7)
     };
-    let rel = compare(&spec, 20);
-    assert!(rel < 5e-3, "{rel}");
-}
-
-/// Phi-4-mini's rotary setup: RoPE on three quarters of each head and LongRoPE's factors
-/// and magnitude.
-#[test]
-fn phi4_mini_long_rope_tracks_the_f64_reference() {
-    let spec = SyntheticSpec {
+    let phi4_mini = SyntheticSpec {
         long_rope: true,
         ..SyntheticSpec::tiny(Arch::Phi3, 7)
     };
-    let rel = compare(&spec, 20);
-    assert!(rel < 5e-3, "{rel}");
+    for spec in [llama31, phi4_mini] {
+        let rel = compare(&spec, 20);
+        assert!(rel < 5e-3, "{:?}: {rel}", spec.arch);
+    }
 }
 
 /// Mixtral's layout: a `llama` file with `llama.expert_count` and stacked expert tensors.

@@ -28,6 +28,7 @@ use serde_json::Value;
 
 use crate::core::answer::AnswerPiece;
 use crate::core::grammar::{with_layout, GrammarRequest, GrammarSpec};
+use crate::core::reasoning::partial_tag;
 use crate::core::tools::{Parallel, ToolCall, ToolChoice, Tools};
 
 pub const START: &str = "<|start|>";
@@ -170,7 +171,7 @@ impl HarmonyStream {
                         self.state = State::Header;
                     }
                     None => {
-                        let keep = partial_marker(&self.held, END);
+                        let keep = partial_tag(&self.held, END);
                         let content: String = self.held.drain(..self.held.len() - keep).collect();
                         self.send(body, content, &mut out);
                         return out;
@@ -265,18 +266,6 @@ fn could_be_header(text: &str) -> bool {
     [START, CHANNEL, "to="]
         .iter()
         .any(|m| t.starts_with(m) || m.starts_with(t))
-}
-
-/// Bytes at the end of `text` that are a proper prefix of `marker` (and so may become it).
-fn partial_marker(text: &str, marker: &str) -> usize {
-    (1..marker.len())
-        .rev()
-        .find(|&n| {
-            text.len() >= n
-                && text.is_char_boundary(text.len() - n)
-                && marker.starts_with(&text[text.len() - n..])
-        })
-        .unwrap_or(0)
 }
 
 /// A whole answer read: its reasoning (`None` without an analysis message), its text, and

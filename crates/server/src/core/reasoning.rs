@@ -193,7 +193,7 @@ impl Splitter {
 }
 
 /// Bytes at the end of `text` that are a proper prefix of `tag` (and so may become it).
-fn partial_tag(text: &str, tag: &str) -> usize {
+pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
         .find(|&n| {

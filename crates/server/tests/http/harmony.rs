@@ -18,6 +18,7 @@ use ferrox_server::ServerConfig;
 use serde_json::{json, Value};
 
 use crate::common::{synthetic_state, tiny, TestServer};
+use crate::tool_families::weather;
 
 const HARMONY: &str = r#"<|start|>system<|message|>You are a helpful assistant.
 Reasoning: medium<|end|>
@@ -41,13 +42,6 @@ type {{ t.function.name }} = (_: {{ t.function.parameters | tojson }}) => any;
 {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}<|start|>assistant{% endif %}"#;
-
-fn weather() -> Value {
-    json!({"type": "object",
-        "properties": {"city": {"type": "string", "enum": ["paris", "rome"]},
-                       "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-        "required": ["city", "days"], "additionalProperties": false})
-}
 
 fn spec() -> SyntheticSpec {
     SyntheticSpec {

@@ -88,7 +88,8 @@ const MISTRAL: &str = r#"{{- bos_token }}
 {%- endif %}
 {%- endfor %}"#;
 
-fn weather() -> Value {
+/// The weather tool's parameters (shared with `harmony.rs`).
+pub fn weather() -> Value {
     json!({"type": "object",
         "properties": {"city": {"type": "string", "enum": ["paris", "rome"]},
                        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
