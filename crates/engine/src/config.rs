@@ -397,6 +397,7 @@ impl ModelConfig {
                 ))
             }
         };
+        let rope_orig_ctx = opt_usize(f, &key("rope.scaling.original_context_length"))?;
         let yarn = match f.get(&key("rope.scaling.type")).and_then(Value::as_str) {
             Some("yarn") if rope_freq_scale != 1.0 => {
                 // llama.cpp's magnitude: `attn_factor` × m(1) / m(log_mul), where
@@ -412,8 +413,7 @@ impl ModelConfig {
                 let log_mul = opt_f32(f, &key("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
                 let attn = opt_f32(f, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
                 Some(Yarn {
-                    orig_ctx: opt_usize(f, &key("rope.scaling.original_context_length"))?
-                        .unwrap_or(context_length),
+                    orig_ctx: rope_orig_ctx.unwrap_or(context_length),
                     beta_fast: opt_f32(f, &key("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
                     beta_slow: opt_f32(f, &key("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
                     mscale: match log_mul {
@@ -533,7 +533,7 @@ impl ModelConfig {
             no_rope_period: if arch == Arch::SmolLm3 { 4 } else { 0 },
             yarn,
             rope_attn_factor: opt_f32(f, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0),
-            rope_orig_ctx: opt_usize(f, &key("rope.scaling.original_context_length"))?,
+            rope_orig_ctx,
             attn_temperature,
             activation,
             scale_embeddings: arch.is_gemma(),
