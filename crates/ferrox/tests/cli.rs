@@ -91,7 +91,11 @@ fn tokenize_matches_llama_cpp_on_every_golden_row() {
 }
 
 /// `ferrox run --temp 0` continues each golden prompt as llama.cpp does, by the golden
-/// README's rule: identical until a near-tie (either reference's top-1/top-2 gap < 0.3).
+/// README's rule for work that changes the engine's numbers: identical until a near-tie
+/// (either reference's top-1/top-2 gap < 0.6, `NEAR_TIE` of the engine's golden test).
+/// The golden README's near-tie threshold (its section on the gate for numerics changes).
+const NEAR_TIE: f64 = 0.6;
+
 #[test]
 fn run_greedy_follows_llama_cpp() {
     let Some(m) = model() else { return };
@@ -108,7 +112,7 @@ fn run_greedy_follows_llama_cpp() {
         if let Some(k) = ours.iter().zip(&theirs).position(|(a, b)| a != b) {
             let gap = |field: &str| row[field][k].as_f64().unwrap_or(f64::INFINITY);
             assert!(
-                gap("top1_top2_logprob_gap") < 0.3 || gap("ref_f64_top1_top2_gap") < 0.3,
+                gap("top1_top2_logprob_gap") < NEAR_TIE || gap("ref_f64_top1_top2_gap") < NEAR_TIE,
                 "{prompt:?}: token {k} differs from llama.cpp's without a near-tie"
             );
         } else {

@@ -114,6 +114,23 @@ fn main() {
         }
         return;
     }
+    if std::env::args().nth(2).as_deref() == Some("big") {
+        // Real-size K-quant matrices from memory at n = 1 (decode): the 4B/8B shapes'
+        // FFN matrices and their Q6_K output head, against the plain read bandwidth.
+        let pool = ThreadPool::new(threads);
+        read_bandwidth(&pool, 512 << 20);
+        for (ty, rows, cols) in [
+            (GgmlType::Q4_K, 10_240, 2560),
+            (GgmlType::Q4_K, 2560, 10_240),
+            (GgmlType::Q6_K, 2560, 10_240),
+            (GgmlType::Q4_K, 14_336, 4096),
+            (GgmlType::Q6_K, 4096, 14_336),
+            (GgmlType::Q6_K, 65_536, 2560),
+        ] {
+            bench(&pool, ty, rows, cols, 1, 1.0);
+        }
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("head") {
         let pool = ThreadPool::new(threads);
         for n in [1, 16, 1, 16] {

@@ -25,7 +25,7 @@
 //! best scale is not needed to make valid blocks.
 
 use crate::block::{amax, f16_to_f32, f32_to_f16, inv_or_zero, signed_max, Block, WeightBlock};
-use crate::legacy::{finish, legacy_weight_block, BlockQ8x4, Legacy32, MTerm};
+use crate::legacy::{fold_lanes, legacy_weight_block, BlockQ8x4, Legacy32, MTerm};
 use crate::GgmlType;
 
 /// IQ4_NL's and IQ4_XS's 16 values (ggml's `kvalues_iq4nl`).
@@ -275,7 +275,7 @@ impl WeightBlock for BlockIq4Xs {
                     add_sub_scalar(wb, b, ib, x, &mut acc);
                 }
             }
-            finish::<BlockIq4Nl>(acc, [0.0; 4])
+            fold_lanes(acc)
         })
     }
 
@@ -376,7 +376,7 @@ pub(crate) mod avx2 {
             let mut lane = [0.0f32; 8];
             // SAFETY: 8 floats.
             unsafe { _mm256_storeu_ps(lane.as_mut_ptr(), v) };
-            finish::<BlockIq4Nl>(lane, [0.0; 4])
+            fold_lanes(lane)
         })
     }
 }

@@ -7,14 +7,14 @@
 //!
 //! Numbers are unchanged: each lane computes exactly the integers and float operations
 //! `gemm8` computes for that row (and so the row-major kernels and the scalar reference do):
-//! per block the eight exact chunk sums, `fma(d_w·d_x, sum, lane)` in block order, the `m`
-//! terms four block columns per step, and `legacy::finish`'s fold. Pinned by
-//! `tests/matmul.rs` on every ISA spelling the machine has.
+//! per block the exact block integer, `fma(d_w·d_x, P, lane_{b%4})`, the stored `m` terms
+//! four block columns per step, and `legacy::finish`'s fold. Pinned by `tests/matmul.rs` on
+//! every ISA spelling the machine has.
 //!
 //! The signed formats (Q8_0, Q8_1): AVX-512 has no 512-bit `vpsignb`, which `gemm8` uses to
 //! make the weights unsigned. Here the activations are made unsigned instead (`x + 128`,
-//! once per activation row and group), the weights stay signed bytes, and each lane's sum
-//! starts at `−128 · Σw` of its four weights (computed when the group is decoded):
+//! once per activation row and group), the weights stay signed bytes, and each row's block
+//! integer starts at `−128 · Σw` of its 32 weights (computed when the group is decoded):
 //! `Σ (x + 128)·w − 128·Σw = Σ x·w`, exact.
 
 use std::arch::x86_64::*;
@@ -42,8 +42,8 @@ struct Chunks16([[u8; 4 * ROWS]; 8]);
 #[derive(Default)]
 struct Decoded {
     chunks: Vec<Chunks16>,
-    /// Signed formats: `−128 · Σ` of the four weights of chunk `k`, per row.
-    corr: Vec<[[i32; ROWS]; 8]>,
+    /// Signed formats: `−128 · Σ` of the block's 32 weights, per row.
+    corr: Vec<[i32; ROWS]>,
     d: Vec<[f32; ROWS]>,
     m: Vec<[f32; ROWS]>,
     /// Signed formats: one activation row's quants plus 128, per block. Made again for each
@@ -115,7 +115,7 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
     dec.d.resize(bpr, [0.0; ROWS]);
     dec.m.resize(bpr, [0.0; ROWS]);
     if B::SIGNED {
-        dec.corr.resize(bpr, [[0; ROWS]; 8]);
+        dec.corr.resize(bpr, [0; ROWS]);
     }
     let ones8 = _mm256_set1_epi8(1);
     let ones16 = _mm256_set1_epi16(1);
@@ -140,6 +140,7 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
                 }
                 m_bits[row] = u16::from_le_bytes(b.m_bits());
             }
+            let mut sum = _mm256_setzero_si256();
             for (k, ck) in transpose8(v).into_iter().enumerate() {
                 // SAFETY: 32 writable bytes.
                 unsafe {
@@ -148,12 +149,13 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
                 if B::SIGNED {
                     // Σ of each lane's four signed weights (1·w pairs, then pairs of pairs).
                     let s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ck), ones16);
-                    let corr = _mm256_mullo_epi32(s4, _mm256_set1_epi32(-128));
-                    // SAFETY: 32 writable bytes.
-                    unsafe {
-                        _mm256_storeu_si256(dec.corr[j][k][8 * half..].as_mut_ptr().cast(), corr)
-                    };
+                    sum = _mm256_add_epi32(sum, s4);
                 }
+            }
+            if B::SIGNED {
+                let corr = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-128));
+                // SAFETY: 32 writable bytes.
+                unsafe { _mm256_storeu_si256(dec.corr[j][8 * half..].as_mut_ptr().cast(), corr) };
             }
         }
         // The same conversions as `gemm8::decode`: exact f16 -> f32, then `d * -offset` or the
@@ -219,27 +221,20 @@ unsafe fn dot16<B: LegacyAvx2>(dec: &mut Decoded, x: &[BlockQ8x4]) -> [f32; ROWS
     // SAFETY (every intrinsic below): the features this function enables; the loads read
     // 64 bytes from 64-byte rows of the decoded arrays.
     unsafe {
-        let mut acc = [_mm512_setzero_ps(); 8];
-        for j in 0..bpr {
-            let u = &x[j / 4];
-            let kk = j % 4;
-            let dw = _mm512_loadu_ps(dec.d[j].as_ptr());
-            let s = _mm512_mul_ps(dw, _mm512_set1_ps(u.d[kk]));
-            for (k, a) in acc.iter_mut().enumerate() {
-                let w = _mm512_load_si512(dec.chunks[j].0[k].as_ptr().cast());
-                let p = if B::SIGNED {
-                    let c = _mm512_loadu_si512(dec.corr[j][k].as_ptr().cast());
-                    _mm512_dpbusd_epi32(c, _mm512_set1_epi32(word(&dec.shifted[j], k)), w)
-                } else {
-                    let xk = word_i8(&u.qs[kk], k);
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_set1_epi32(xk))
-                };
-                *a = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(p), *a);
+        // Lane b % 4 of every row; four block columns per step so the index is a constant.
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let groups = bpr / 4;
+        for (g, u) in x.iter().enumerate().take(groups) {
+            for (kk, a) in acc.iter_mut().enumerate() {
+                *a = block_step::<B>(dec, 4 * g + kk, u, *a);
             }
         }
-        // The m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
+        for j in 4 * groups..bpr {
+            acc[j % 4] = block_step::<B>(dec, j, &x[j / 4], acc[j % 4]);
+        }
+        // The stored m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
         let mut accm = [_mm512_setzero_ps(); 4];
-        if B::M != MTerm::Zero {
+        if B::M == MTerm::Stored {
             for (u, mg) in x.iter().zip(dec.m.chunks(4)) {
                 for (kk, mj) in mg.iter().enumerate() {
                     let mv = _mm512_loadu_ps(mj.as_ptr());
@@ -248,14 +243,8 @@ unsafe fn dot16<B: LegacyAvx2>(dec: &mut Decoded, x: &[BlockQ8x4]) -> [f32; ROWS
             }
         }
         // `legacy::finish`, sixteen rows at once, in `gemm8`'s order.
-        let t = [
-            _mm512_add_ps(acc[0], acc[4]),
-            _mm512_add_ps(acc[1], acc[5]),
-            _mm512_add_ps(acc[2], acc[6]),
-            _mm512_add_ps(acc[3], acc[7]),
-        ];
-        let mut r = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
-        if B::M != MTerm::Zero {
+        let mut r = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        if B::M == MTerm::Stored {
             let rm = _mm512_add_ps(
                 _mm512_add_ps(accm[0], accm[1]),
                 _mm512_add_ps(accm[2], accm[3]),
@@ -265,5 +254,43 @@ unsafe fn dot16<B: LegacyAvx2>(dec: &mut Decoded, x: &[BlockQ8x4]) -> [f32; ROWS
         let mut out = [0.0f32; ROWS];
         _mm512_storeu_ps(out.as_mut_ptr(), r);
         out
+    }
+}
+
+/// Block column `j` of the group with its activation block (in unit `u`):
+/// `fma(d · dx, P, lane)`, `P` the sixteen rows' exact block integers.
+///
+/// # Safety
+/// As [`dot16`]; for the signed formats `dec.shifted` holds this activation row.
+#[inline(always)]
+unsafe fn block_step<B: LegacyAvx2>(
+    dec: &Decoded,
+    j: usize,
+    u: &BlockQ8x4,
+    lane: __m512,
+) -> __m512 {
+    let kk = j % 4;
+    // SAFETY: as the caller promised; 64 readable bytes per row of the decoded arrays.
+    unsafe {
+        let s = _mm512_mul_ps(_mm512_loadu_ps(dec.d[j].as_ptr()), _mm512_set1_ps(u.d[kk]));
+        // Two integer chains (even and odd chunks), added: exact in any order.
+        let init = if B::SIGNED {
+            _mm512_loadu_si512(dec.corr[j].as_ptr().cast())
+        } else if let MTerm::Offset(o) = B::M {
+            _mm512_set1_epi32(-o * u.isum[kk])
+        } else {
+            _mm512_setzero_si512()
+        };
+        let mut p = [init, _mm512_setzero_si512()];
+        for k in 0..8 {
+            let w = _mm512_load_si512(dec.chunks[j].0[k].as_ptr().cast());
+            p[k % 2] = if B::SIGNED {
+                _mm512_dpbusd_epi32(p[k % 2], _mm512_set1_epi32(word(&dec.shifted[j], k)), w)
+            } else {
+                _mm512_dpbusd_epi32(p[k % 2], w, _mm512_set1_epi32(word_i8(&u.qs[kk], k)))
+            };
+        }
+        let p = _mm512_add_epi32(p[0], p[1]);
+        _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(p), lane)
     }
 }

@@ -3,19 +3,19 @@
 //! every activation row of the call runs over them.
 //!
 //! Why: the row-major kernel (`legacy_avx2`) decodes each weight block again for every four
-//! activation rows and spends ~7 vector operations per (block, activation row). Here a decoded
-//! "chunk" vector holds four consecutive quants of each of the eight weight rows (bytes
-//! `4i..4i+4` = row `i`, values `4k..4k+4`), so one `maddubs` + `madd` against the matching
-//! four activation bytes broadcast gives, in lane `i`, exactly the integer that lane `k` of
-//! row `i` gets in the row-major kernel. The float step is the same `fma(d_w d_x, p, lane)`,
-//! now eight weight rows wide: ~4 operations per (block, activation row), and the decode
-//! (nibbles, high bits, an 8x8 transpose of 32-bit words) is shared by all rows of the call.
+//! activation rows. Here a decoded "chunk" vector holds four consecutive quants of each of
+//! the eight weight rows (bytes `4i..4i+4` = row `i`, values `4k..4k+4`), so one `maddubs` +
+//! `madd` (or one `vpdpbusd`) against the matching four activation bytes broadcast adds, in
+//! lane `i`, four of row `i`'s products; the eight chunks of a block column add up to each
+//! row's exact block integer, and one `cvt` + `fma(d_w d_x, P, lane)` per block column takes
+//! the float step for eight weight rows at once. The decode (nibbles, high bits, an 8x8
+//! transpose of 32-bit words) is shared by all rows of the call.
 //!
-//! Numbers are unchanged: every lane of every (weight row, activation row) pair sees the same
+//! Numbers are unchanged: every (weight row, activation row) pair gets the same exact block
 //! integers and the same float operations in the same order as `legacy::add_block_scalar`
-//! and `legacy::finish`, so results are bit-identical to the row-major kernels (and
-//! batch invariance is untouched). Pinned by `tests/matmul.rs`, which compares every batch
-//! size against the scalar reference.
+//! and `legacy::finish`, so results are bit-identical to the row-major kernels (and batch
+//! invariance is untouched). Pinned by `tests/matmul.rs`, which compares every batch size
+//! against the scalar reference.
 
 use std::cell::RefCell;
 
@@ -200,38 +200,26 @@ unsafe fn dot8_with<B: LegacyAvx2, D: Dot4>(
     assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
     assert_eq!(d.len(), bpr, "one scale row per block column");
     assert!(
-        B::M == MTerm::Zero || m.len() == bpr,
+        B::M != MTerm::Stored || m.len() == bpr,
         "one m row per block column"
     );
-    // Lane k of every row: acc[k] holds it for the eight rows.
-    let mut acc = [_mm256_setzero_ps(); 8];
-    for j in 0..bpr {
-        let u = &x[j / 4];
-        let kk = j % 4;
-        // SAFETY: 8 readable floats.
-        let dw = unsafe { _mm256_loadu_ps(d[j].as_ptr()) };
-        let s = _mm256_mul_ps(dw, _mm256_set1_ps(u.d[kk]));
-        for (k, a) in acc.iter_mut().enumerate() {
-            let xb = broadcast4(&u.qs[kk], k);
-            // SAFETY: 32 readable, 32-byte aligned bytes.
-            let w = unsafe { _mm256_load_si256(chunks[j].0[k].as_ptr().cast()) };
-            let zero = _mm256_setzero_si256();
-            // SAFETY: the features of `D`, as the caller promised.
-            let p = unsafe {
-                if B::SIGNED {
-                    D::dot4(zero, _mm256_abs_epi8(w), _mm256_sign_epi8(xb, w))
-                } else {
-                    D::dot4(zero, w, xb)
-                }
-            };
-            *a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), *a);
+    // Lane b % 4 of every row: acc[b % 4] holds it for the eight rows. Four block columns
+    // per step, so that the lane index is a constant and the sums stay in registers.
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let groups = bpr / 4;
+    for g in 0..groups {
+        for (kk, a) in acc.iter_mut().enumerate() {
+            // SAFETY: the caller's features; `4g + kk < bpr`.
+            *a = unsafe { block_step::<B, D>(&chunks[4 * g + kk], &d[4 * g + kk], &x[g], kk, *a) };
         }
     }
-    // The m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
-    // (Four block columns per step, so that `kk` is a constant and the four sums stay in
-    // registers; a dynamic `j % 4` index kept them in memory.)
+    for j in 4 * groups..bpr {
+        // SAFETY: as above.
+        acc[j % 4] = unsafe { block_step::<B, D>(&chunks[j], &d[j], &x[j / 4], j % 4, acc[j % 4]) };
+    }
+    // The stored m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
     let mut accm = [_mm256_setzero_ps(); 4];
-    if B::M != MTerm::Zero {
+    if B::M == MTerm::Stored {
         for (u, mg) in x.iter().zip(m.chunks(4)) {
             for (kk, mj) in mg.iter().enumerate() {
                 // SAFETY: 8 readable floats.
@@ -240,17 +228,10 @@ unsafe fn dot8_with<B: LegacyAvx2, D: Dot4>(
             }
         }
     }
-    // `legacy::finish`, eight rows at once: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus
-    // (m0+m1)+(m2+m3) for the formats with an m term. (No `array::from_fn`: its closure
-    // would not be inlined in this function.)
-    let t = [
-        _mm256_add_ps(acc[0], acc[4]),
-        _mm256_add_ps(acc[1], acc[5]),
-        _mm256_add_ps(acc[2], acc[6]),
-        _mm256_add_ps(acc[3], acc[7]),
-    ];
-    let mut r = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
-    if B::M != MTerm::Zero {
+    // `legacy::finish`, eight rows at once: (a0+a1)+(a2+a3), plus (m0+m1)+(m2+m3) for the
+    // formats with a stored m term.
+    let mut r = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    if B::M == MTerm::Stored {
         let rm = _mm256_add_ps(
             _mm256_add_ps(accm[0], accm[1]),
             _mm256_add_ps(accm[2], accm[3]),
@@ -261,4 +242,41 @@ unsafe fn dot8_with<B: LegacyAvx2, D: Dot4>(
     // SAFETY: 8 writable floats.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), r) };
     out
+}
+
+/// One block column of eight rows (`c`, scales `d`) with block `kk` of activation unit `u`:
+/// `fma(d · dx, P, lane)`, `P` the rows' exact block integers.
+///
+/// # Safety
+/// AVX2, FMA and the features of `D`; the caller is compiled with them.
+#[inline(always)]
+unsafe fn block_step<B: LegacyAvx2, D: Dot4>(
+    c: &Chunks,
+    d: &[f32; GROUP],
+    u: &BlockQ8x4,
+    kk: usize,
+    lane: __m256,
+) -> __m256 {
+    // SAFETY: as the caller promised; 8 readable floats; 32 readable, 32-byte aligned bytes
+    // per chunk.
+    unsafe {
+        let s = _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), _mm256_set1_ps(u.d[kk]));
+        // Two integer chains (even and odd chunks), added: exact in any order.
+        let init = match B::M {
+            MTerm::Offset(o) => _mm256_set1_epi32(-o * u.isum[kk]),
+            _ => _mm256_setzero_si256(),
+        };
+        let mut p = [init, _mm256_setzero_si256()];
+        for k in 0..8 {
+            let xb = broadcast4(&u.qs[kk], k);
+            let w = _mm256_load_si256(c.0[k].as_ptr().cast());
+            p[k % 2] = if B::SIGNED {
+                D::dot4(p[k % 2], _mm256_abs_epi8(w), _mm256_sign_epi8(xb, w))
+            } else {
+                D::dot4(p[k % 2], w, xb)
+            };
+        }
+        let p = _mm256_add_epi32(p[0], p[1]);
+        _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), lane)
+    }
 }

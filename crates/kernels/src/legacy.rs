@@ -11,13 +11,19 @@
 //! zero (Q8), `-8d` / `-16d` (Q4_0 / Q5_0), or stored (the `_1` formats). Then
 //! `dot = Σ_b (d_b dx_b) Σ_i q_i x_i + Σ_b m_b sx_b` with `sx = dx Σx` kept in the activations.
 //!
-//! Summation order (shared by the scalar and AVX2 kernels, which are therefore bit-identical;
-//! the scalar one emulates the vector lanes): a row keeps eight f32 lanes; block `b` adds to
-//! lane `j` the exact integer `p_j = Σ_{i=4j}^{4j+3} q_i x_i` as `lane_j = fma(d_b dx_b, p_j,
-//! lane_j)`, which is exactly what `maddubs`+`madd`+`cvt`+`fmadd` compute; the `m` terms go
-//! to four more lanes (`lane_{b%4} += m_b sx_b`); [`finish`] folds them in a fixed order.
-//! This costs the AVX2 kernel no horizontal work per block (ggml's shape) and lets the tests
-//! demand exact equality.
+//! Summation order (shared by the scalar reference and every SIMD kernel — row-major AVX2,
+//! lane-major `gemm8` / `gemm16` — which are therefore bit-identical): block `b` of a row
+//! contributes its exact integer dot `P_b = Σ_i q_i x_i` (for the offset formats minus
+//! `o · Σ_i x_i`, so `Σ (q_i − o) x_i` exactly; every such sum is far below 2^24, so its f32
+//! conversion is exact) as ONE float step, `lane_{b%4} = fma(d_b dx_b, P_b, lane_{b%4})`;
+//! the stored `m` terms of the `_1` formats go to four more lanes (`lane_{b%4} += m_b sx_b`);
+//! [`finish`] folds each set as `(l0 + l1) + (l2 + l3)`.
+//!
+//! Why this order: a block costs one float step instead of eight, which is what the
+//! lane-major kernels (one weight row per vector lane) spend their time on otherwise, and the
+//! integers are exact, so it is also the more accurate order (ggml takes a float step per
+//! four products). It replaced that ggml order when the engine's fidelity came to be judged
+//! statistically (docs/PERFORMANCE.md has the gate's figures before and after).
 
 use crate::block::{
     amax, f16_to_f32, f32_to_f16, fold4, inv_or_zero, round_clamp, signed_max, ActBlock, Isa,
@@ -98,12 +104,14 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 pub struct BlockQ8x4 {
     /// Scale of each block: x ≈ d * q.
     pub d: [f32; 4],
-    /// `d * Σq` of each block (what the `m` terms multiply).
+    /// `d * Σq` of each block (what the stored `m` terms multiply).
     pub s: [f32; 4],
+    /// `Σq` of each block (what the offset formats' integers subtract `o` times).
+    pub isum: [i32; 4],
     /// Quants, block k in `qs[k]`.
     pub qs: [[i8; 32]; 4],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ8x4>() == 160);
+const _: () = assert!(std::mem::size_of::<BlockQ8x4>() == 176);
 
 impl ActBlock for BlockQ8x4 {
     const ELEMS: usize = 4 * QK;
@@ -127,6 +135,7 @@ impl ActBlock for BlockQ8x4 {
                 unit.d[k] = d;
                 unit.qs[k] = qs;
                 unit.s[k] = d * isum as f32;
+                unit.isum[k] = isum;
             }
         }
     }
@@ -183,47 +192,54 @@ pub trait Legacy32: WeightBlock<Act = BlockQ8x4> {
     }
 }
 
+/// The exact integer block `b` contributes to a row (`u` = the activation unit holding it,
+/// `k` = its place there): `Σ q_i x_i`, minus `o · Σ x_i` for the offset formats.
+#[inline]
+pub fn block_int<B: Legacy32>(wb: &B, u: &BlockQ8x4, k: usize) -> i32 {
+    let p: i32 = wb
+        .quants()
+        .iter()
+        .zip(&u.qs[k])
+        .map(|(&q, &x)| q as i32 * x as i32)
+        .sum();
+    match B::M {
+        MTerm::Offset(o) => p - o * u.isum[k],
+        _ => p,
+    }
+}
+
 /// Adds block `b` of a row (weights `wb`, activations `x`) to the lanes; the scalar
-/// definition of the order (see the module doc). The AVX2 kernels' tail (the blocks past
-/// the last group of four) does the same operations in vectors (`legacy_avx2::dot_tile`):
-/// called from there, this scalar form cost ~10 % of a gpt-oss decode (rows of 2,880 values
-/// have a two-block tail), its `mul_add` a call to the software `fmaf`.
+/// definition of the order (see the module doc).
 #[inline]
 pub fn add_block_scalar<B: Legacy32>(
     wb: &B,
     b: usize,
     x: &[BlockQ8x4],
-    acc: &mut [f32; 8],
+    acc: &mut [f32; 4],
     accm: &mut [f32; 4],
 ) {
     let (u, k) = (&x[b / 4], b % 4);
     let dw = wb.d();
-    let s = dw * u.d[k];
-    let q = wb.quants();
-    for (j, lane) in acc.iter_mut().enumerate() {
-        let p: i32 = (4 * j..4 * j + 4)
-            .map(|i| q[i] as i32 * u.qs[k][i] as i32)
-            .sum();
-        *lane = s.mul_add(p as f32, *lane);
-    }
-    if B::M != MTerm::Zero {
+    acc[k] = (dw * u.d[k]).mul_add(block_int(wb, u, k) as f32, acc[k]);
+    if B::M == MTerm::Stored {
         accm[k] += wb.m(dw) * u.s[k];
     }
 }
 
-/// Folds a row's lanes into its result: `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`, plus the
-/// `m` lanes as `(m0+m1)+(m2+m3)`.
+/// Folds a row's lanes into its result: `(a0+a1)+(a2+a3)`, plus the stored `m` lanes folded
+/// the same way.
 #[inline]
-pub fn finish<B: Legacy32>(acc: [f32; 8], accm: [f32; 4]) -> f32 {
-    let r = fold_lanes(acc);
-    if B::M != MTerm::Zero {
+pub fn finish<B: Legacy32>(acc: [f32; 4], accm: [f32; 4]) -> f32 {
+    let r = fold4(acc);
+    if B::M == MTerm::Stored {
         r + fold4(accm)
     } else {
         r
     }
 }
 
-/// The eight lanes folded as `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`.
+/// Eight lanes folded as `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`: the order of the formats
+/// that keep a float step per four products (IQ4_XS, the lattice formats).
 #[inline]
 pub fn fold_lanes(acc: [f32; 8]) -> f32 {
     let t = [
@@ -241,7 +257,7 @@ pub(crate) fn dot_legacy_scalar<B: Legacy32, const R: usize>(
 ) -> [f32; R] {
     xs.map(|x| {
         assert!(x.len() >= w.len().div_ceil(4), "activation row too short");
-        let mut acc = [0.0f32; 8];
+        let mut acc = [0.0f32; 4];
         let mut accm = [0.0f32; 4];
         for (b, wb) in w.iter().enumerate() {
             add_block_scalar(wb, b, x, &mut acc, &mut accm);

@@ -2,10 +2,10 @@
 //!
 //! Per group of four weight blocks: the four f16 scales (and `m` terms) are converted once,
 //! each block is decoded once into 32 bytes (unsigned nibbles for Q4/Q5, signed bytes for
-//! Q8), and for each of the `R` activation rows one `maddubs` + `madd` gives the eight exact
-//! i32 lane sums of a block, which `cvt` + `fmadd` add into the row's eight f32 lanes with the
-//! block's scale `d*dx` (broadcast). No horizontal work per block; the lanes are folded once
-//! per row by `legacy::finish`. This is the order the scalar reference emulates.
+//! Q8), and for each of the `R` activation rows one `maddubs` + `madd` per block gives eight
+//! exact i32 partial sums; three `hadd`s and one add fold the four blocks' partials into
+//! their four exact block integers, side by side, and one `cvt` + `fmadd` adds them into the
+//! row's four f32 lanes with the blocks' scales `d*dx` (lane `b % 4`, `legacy`'s order).
 //!
 //! `maddubs` saturates at i16: unsigned quants are at most 31 and activations at most 127 in
 //! magnitude (2*31*127 fits); for Q8 weights `|w| <= 128` and `|x| <= 127` (2*128*127 fits).
@@ -135,10 +135,11 @@ fn f16x4(bits: [[u8; 2]; 4]) -> __m128 {
     _mm_cvtph_ps(v)
 }
 
-/// The eight exact i32 lane sums of one decoded block with one activation block, as f32.
+/// The eight exact i32 partial sums (four products each) of one decoded block with one
+/// activation block.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn lanes<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256 {
+fn ilanes<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256i {
     // SAFETY: 32 readable bytes.
     let xv = unsafe { _mm256_loadu_si256(x.as_ptr().cast()) };
     let xv = if B::SIGNED {
@@ -146,10 +147,35 @@ fn lanes<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256 {
     } else {
         xv
     };
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(
-        _mm256_maddubs_epi16(wa, xv),
-        _mm256_set1_epi16(1),
-    ))
+    _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), _mm256_set1_epi16(1))
+}
+
+/// [`ilanes`] as f32 (for the formats that keep a float step per four products).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lanes<B: LegacyAvx2>(wq: __m256i, wa: __m256i, x: &[i8; 32]) -> __m256 {
+    _mm256_cvtepi32_ps(ilanes::<B>(wq, wa, x))
+}
+
+/// The totals of four vectors of eight i32 partial sums, in lanes 0..4 (exact).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sum4(v: [__m256i; 4]) -> __m128i {
+    // Interleave and add (single-µop steps; `hadd` costs three): pairs of lanes, then
+    // pairs of pairs, then the two 128-bit halves.
+    let b01 = _mm256_add_epi32(
+        _mm256_unpacklo_epi32(v[0], v[1]),
+        _mm256_unpackhi_epi32(v[0], v[1]),
+    );
+    let b23 = _mm256_add_epi32(
+        _mm256_unpacklo_epi32(v[2], v[3]),
+        _mm256_unpackhi_epi32(v[2], v[3]),
+    );
+    let c = _mm256_add_epi32(
+        _mm256_unpacklo_epi64(b01, b23),
+        _mm256_unpackhi_epi64(b01, b23),
+    );
+    _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1))
 }
 
 /// [`lanes`] for signed quants `q` (`a = |q|`), for kernels outside this module.
@@ -225,15 +251,24 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
     ws: [&[B]; WR],
     xs: [&[BlockQ8x4]; R],
 ) -> [[f32; R]; WR] {
-    let has_m = B::M != MTerm::Zero;
+    let stored_m = B::M == MTerm::Stored;
     let nb = ws[0].len();
     for w in &ws {
         assert_eq!(w.len(), nb, "weight rows of one tile differ in length");
     }
     let groups = nb / 4;
-    let mut acc = [[_mm256_setzero_ps(); R]; WR];
+    let mut acc = [[_mm_setzero_ps(); R]; WR];
     let mut accm = [[_mm_setzero_ps(); R]; WR];
     for g in 0..groups {
+        // Per activation row: `o · Σx` of the group's four blocks (offset formats).
+        let mut off = [_mm_setzero_si128(); R];
+        if let MTerm::Offset(o) = B::M {
+            for (r, off) in off.iter_mut().enumerate() {
+                // SAFETY: the array holds 4 i32s.
+                let isum = unsafe { _mm_loadu_si128(xs[r][g].isum.as_ptr().cast()) };
+                *off = _mm_mullo_epi32(isum, _mm_set1_epi32(o));
+            }
+        }
         for wi in 0..WR {
             let wg = &ws[wi][4 * g..4 * g + 4];
             // The tile reads its rows side by side, so the bytes `PREFETCH_DISTANCE` ahead
@@ -253,42 +288,50 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
             );
             // SAFETY: AVX2 and F16C are enabled in this function.
             let dw = unsafe { B::scales4(wg) };
-            // Per activation row: the four block scales d*dx, and the m terms.
-            let mut scale = [[0.0f32; 4]; R];
-            let m = match B::M {
-                MTerm::Zero => _mm_setzero_ps(),
-                MTerm::Offset(o) => _mm_mul_ps(dw, _mm_set1_ps(-(o as f32))),
-                MTerm::Stored => f16x4([
+            let m = if stored_m {
+                f16x4([
                     wg[0].m_bits(),
                     wg[1].m_bits(),
                     wg[2].m_bits(),
                     wg[3].m_bits(),
-                ]),
+                ])
+            } else {
+                _mm_setzero_ps()
             };
+            // (Arrays spelled out: closures would not inherit this function's features.)
+            // SAFETY: AVX2 is enabled in this function.
+            let q = unsafe {
+                [
+                    wg[0].load_q(),
+                    wg[1].load_q(),
+                    wg[2].load_q(),
+                    wg[3].load_q(),
+                ]
+            };
+            let mut a = q;
+            if B::SIGNED {
+                for a in &mut a {
+                    *a = _mm256_abs_epi8(*a);
+                }
+            }
             for r in 0..R {
                 let u = &xs[r][g];
+                let p = sum4([
+                    ilanes::<B>(q[0], a[0], &u.qs[0]),
+                    ilanes::<B>(q[1], a[1], &u.qs[1]),
+                    ilanes::<B>(q[2], a[2], &u.qs[2]),
+                    ilanes::<B>(q[3], a[3], &u.qs[3]),
+                ]);
+                let p = _mm_sub_epi32(p, off[r]);
                 // SAFETY: the arrays hold 4 floats.
                 unsafe {
                     let dx = _mm_loadu_ps(u.d.as_ptr());
-                    _mm_storeu_ps(scale[r].as_mut_ptr(), _mm_mul_ps(dw, dx));
-                    if has_m {
+                    let s = _mm_mul_ps(dw, dx);
+                    acc[wi][r] = _mm_fmadd_ps(s, _mm_cvtepi32_ps(p), acc[wi][r]);
+                    if stored_m {
                         let sx = _mm_loadu_ps(u.s.as_ptr());
                         accm[wi][r] = _mm_add_ps(accm[wi][r], _mm_mul_ps(m, sx));
                     }
-                }
-            }
-            for pair in [0, 2] {
-                // SAFETY: AVX2 is enabled in this function.
-                let (q0, q1) = unsafe { (wg[pair].load_q(), wg[pair + 1].load_q()) };
-                let a0 = if B::SIGNED { _mm256_abs_epi8(q0) } else { q0 };
-                let a1 = if B::SIGNED { _mm256_abs_epi8(q1) } else { q1 };
-                for r in 0..R {
-                    let u = &xs[r][g];
-                    let a = &mut acc[wi][r];
-                    let p0 = lanes::<B>(q0, a0, &u.qs[pair]);
-                    *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][pair]), p0, *a);
-                    let p1 = lanes::<B>(q1, a1, &u.qs[pair + 1]);
-                    *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][pair + 1]), p1, *a);
                 }
             }
         }
@@ -296,28 +339,34 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
     let mut out = [[0.0f32; R]; WR];
     for wi in 0..WR {
         for r in 0..R {
-            let mut lane = [0.0f32; 8];
+            let mut lane = [0.0f32; 4];
             let mut lane_m = [0.0f32; 4];
-            // SAFETY: the array holds 4 floats.
-            unsafe { _mm_storeu_ps(lane_m.as_mut_ptr(), accm[wi][r]) };
+            // SAFETY: the arrays hold 4 floats.
+            unsafe {
+                _mm_storeu_ps(lane.as_mut_ptr(), acc[wi][r]);
+                _mm_storeu_ps(lane_m.as_mut_ptr(), accm[wi][r]);
+            }
             // The blocks past the last whole group (a row of 2,880 values has two), one at a
-            // time in vectors: `add_block_scalar`'s operations exactly (the lanes' exact
-            // integer sums, then one FMA each with `d * dx`; the `m` term into its lane).
-            let mut a = acc[wi][r];
+            // time: `add_block_scalar`'s operations exactly (the block's exact integer, then
+            // one FMA with `d * dx` into lane `b % 4`; the stored `m` term into its lane).
             for (b, wb) in ws[wi].iter().enumerate().skip(groups * 4) {
                 let (u, k) = (&xs[r][b / 4], b % 4);
                 // SAFETY: AVX2 is enabled in this function.
                 let q = unsafe { wb.load_q() };
                 let abs = if B::SIGNED { _mm256_abs_epi8(q) } else { q };
+                let z = _mm256_setzero_si256();
+                let mut p = _mm_cvtsi128_si32(sum4([ilanes::<B>(q, abs, &u.qs[k]), z, z, z]));
+                if let MTerm::Offset(o) = B::M {
+                    p -= o * u.isum[k];
+                }
                 let dw = wb.d();
-                let p = lanes::<B>(q, abs, &u.qs[k]);
-                a = _mm256_fmadd_ps(_mm256_set1_ps(dw * u.d[k]), p, a);
-                if has_m {
+                let s = _mm_set_ss(dw * u.d[k]);
+                let f = _mm_fmadd_ss(s, _mm_set_ss(p as f32), _mm_set_ss(lane[k]));
+                lane[k] = _mm_cvtss_f32(f);
+                if stored_m {
                     lane_m[k] += wb.m(dw) * u.s[k];
                 }
             }
-            // SAFETY: the array holds 8 floats.
-            unsafe { _mm256_storeu_ps(lane.as_mut_ptr(), a) };
             out[wi][r] = finish::<B>(lane, lane_m);
         }
     }

@@ -81,10 +81,10 @@
 //! block's eight chunks in i32 and takes one float step per block into one accumulator per
 //! row, four activation rows per pass (262144 x 640 at n = 16: ~0.51 of the file-layout
 //! kernel's time; ~0.70 with a float step per chunk). A bare micro-benchmark retires about
-//! two vector operations per cycle here, so operation counts are what to cut. The same
-//! block order for the layers' formats (tried twice, not kept; see docs/PERFORMANCE.md)
-//! gives q5_0 at n = 16 0.83 -> 0.59 ns but moves the layers' numbers, and the golden
-//! "haiku" continuation (our margin 0.30 there, llama.cpp's 0.59) flips. Q6_K runs eight
+//! two vector operations per cycle here, so operation counts are what to cut. The layers'
+//! 32-value formats take one float step per block too (exact block integers, lanes `b % 4`;
+//! see `legacy`), since fidelity is judged by the statistical gate rather than one golden
+//! continuation (docs/PERFORMANCE.md, 2026-12-03). Q6_K runs eight
 //! activation rows per call (`WeightBlock::WIDE`). Earlier wins: no
 //! horizontal reduction per block (FMA into eight lanes), several weight rows per call at
 //! n = 1, the row loop inside the `target_feature` function, table-driven K-quant scales, and

@@ -151,7 +151,7 @@ fn every_isa_spelling_matches_scalar() {
     let mut rng = StdRng::seed_from_u64(12);
     let pool = ThreadPool::new(2);
     for ty in MATMUL_TYPES {
-        for n in [6, 8, 13, 17] {
+        for n in [1, 2, 3, 6, 8, 13, 17] {
             let (rows, cols) = (19, cols_for(ty));
             let (bytes, _) = random_matrix(&mut rng, ty, rows, cols);
             let w = QMatrix::new(ty, &bytes, rows, cols);
