@@ -29,6 +29,13 @@ use crate::tiling::{Job, RowKernel};
 /// Weight rows per group: one 32-bit lane per row of a 512-bit vector.
 const ROWS: usize = 16;
 
+/// Activation rows per pass over a decoded group, so that each chunk load feeds three
+/// `vpdpbusd`s: one row at a time, the loads were the limit. One thread, 256 × 640 from
+/// cache, ns per 32 values × activation row at n = 64, passes of 1 / 2 / 3 / 4 rows: q5_0
+/// 0.20 / 0.16 / 0.14 / 0.19, q8_0 0.26 / 0.19 / 0.18 / 0.27 (four rows' sums no longer fit
+/// in the 32 registers).
+const PASS: usize = 3;
+
 /// Activation rows from which this path runs (as `gemm8`'s: the decode is shared by the
 /// rows of the call).
 pub(crate) const MIN_ROWS: usize = crate::gemm8::MIN_ROWS;
@@ -46,8 +53,8 @@ struct Decoded {
     corr: Vec<[i32; ROWS]>,
     d: Vec<[f32; ROWS]>,
     m: Vec<[f32; ROWS]>,
-    /// Signed formats: one activation row's quants plus 128, per block. Made again for each
-    /// group (a 32-byte xor per block, ~3 %): flipping the sign bits of the broadcast word in
+    /// Signed formats: the pass's activation rows' quants plus 128, per row and block (row
+    /// `r`'s block `j` at `r * bpr + j`). Made again for each group (a 32-byte xor per block, ~3 %): flipping the sign bits of the broadcast word in
     /// the inner loop instead was measured slower (q8_0 n = 64: 0.28 -> 0.38 ns), since the
     /// broadcast then comes from a register, not from memory.
     shifted: Vec<[u8; 32]>,
@@ -94,12 +101,25 @@ impl<B: LegacyAvx2 + Sync> RowKernel for Gemm16<'_, B> {
                 // SAFETY: this kernel is only built when the `Isa` is AVX-512, which includes
                 // AVX2, FMA and F16C (`matmul::run_legacy` checks).
                 unsafe { decode(rows, self.bpr, dec) };
-                for r in 0..job.n() {
-                    // SAFETY: as above, with AVX-512 F/BW/VL/VNNI; the row covers `bpr`
+                // Three activation rows per pass share each chunk load; the last one or two
+                // rows as a pass of their own (each row's operations are the same either way).
+                let mut r = 0;
+                while r < job.n() {
+                    let take = PASS.min(job.n() - r);
+                    // SAFETY: as above, with AVX-512 F/BW/VL/VNNI; the rows cover `bpr`
                     // blocks (checked above).
-                    let res = unsafe { dot16::<B>(dec, job.row(r)) };
-                    // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
-                    unsafe { job.put_run(r, g0, &res[..h]) };
+                    let res: &[[f32; ROWS]] = match take {
+                        3 => &unsafe {
+                            dot16::<B, 3>(dec, [job.row(r), job.row(r + 1), job.row(r + 2)])
+                        },
+                        2 => &unsafe { dot16::<B, 2>(dec, [job.row(r), job.row(r + 1)]) },
+                        _ => &unsafe { dot16::<B, 1>(dec, [job.row(r)]) },
+                    };
+                    for (i, res) in res.iter().enumerate() {
+                        // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
+                        unsafe { job.put_run(r + i, g0, &res[..h]) };
+                    }
+                    r += take;
                 }
                 g0 += h;
             }
@@ -195,25 +215,35 @@ fn word_i8(q: &[i8; 32], k: usize) -> i32 {
     i32::from_le_bytes(b.map(|v| v as u8))
 }
 
-/// The sixteen dots of a decoded group with activation row `x` (which covers every block
-/// column), lane by lane the operations of `gemm8::dot8_with`.
+/// The sixteen dots of a decoded group with each of the `R` activation rows `xs` (which
+/// cover every block column), lane by lane the operations of `gemm8::dot8_with`.
 ///
 /// # Safety
 /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dot16<B: LegacyAvx2>(dec: &mut Decoded, x: &[BlockQ8x4]) -> [f32; ROWS] {
+unsafe fn dot16<B: LegacyAvx2, const R: usize>(
+    dec: &mut Decoded,
+    xs: [&[BlockQ8x4]; R],
+) -> [[f32; ROWS]; R] {
     let bpr = dec.chunks.len();
-    assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
+    for x in &xs {
+        assert!(x.len() >= bpr.div_ceil(4), "activation row too short");
+    }
     assert!(
         dec.d.len() == bpr && dec.m.len() == bpr,
         "one scale row per block column"
     );
     if B::SIGNED {
         assert_eq!(dec.corr.len(), bpr, "one offset row per block column");
-        dec.shifted.resize(bpr, [0; 32]);
-        for (j, s) in dec.shifted.iter_mut().enumerate() {
-            for (v, &q) in s.iter_mut().zip(&x[j / 4].qs[j % 4]) {
-                *v = (q as u8) ^ 0x80;
+        dec.shifted.resize(R * bpr, [0; 32]);
+        let flip = _mm256_set1_epi8(0x80u8 as i8);
+        for (r, x) in xs.iter().enumerate() {
+            for (j, s) in dec.shifted[r * bpr..(r + 1) * bpr].iter_mut().enumerate() {
+                // SAFETY: 32 readable and 32 writable bytes.
+                unsafe {
+                    let q = _mm256_loadu_si256(x[j / 4].qs[j % 4].as_ptr().cast());
+                    _mm256_storeu_si256(s.as_mut_ptr().cast(), _mm256_xor_si256(q, flip));
+                }
             }
         }
     }
@@ -222,75 +252,93 @@ unsafe fn dot16<B: LegacyAvx2>(dec: &mut Decoded, x: &[BlockQ8x4]) -> [f32; ROWS
     // 64 bytes from 64-byte rows of the decoded arrays.
     unsafe {
         // Lane b % 4 of every row; four block columns per step so the index is a constant.
-        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut acc = [[_mm512_setzero_ps(); 4]; R];
         let groups = bpr / 4;
-        for (g, u) in x.iter().enumerate().take(groups) {
-            for (kk, a) in acc.iter_mut().enumerate() {
-                *a = block_step::<B>(dec, 4 * g + kk, u, *a);
-            }
+        // (Every lane index a literal: one dynamic index would keep `acc` in memory.)
+        for g in 0..groups {
+            block_step::<B, R>(dec, 4 * g, xs, 0, &mut acc);
+            block_step::<B, R>(dec, 4 * g + 1, xs, 1, &mut acc);
+            block_step::<B, R>(dec, 4 * g + 2, xs, 2, &mut acc);
+            block_step::<B, R>(dec, 4 * g + 3, xs, 3, &mut acc);
         }
         for j in 4 * groups..bpr {
-            acc[j % 4] = block_step::<B>(dec, j, &x[j / 4], acc[j % 4]);
-        }
-        // The stored m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
-        let mut accm = [_mm512_setzero_ps(); 4];
-        if B::M == MTerm::Stored {
-            for (u, mg) in x.iter().zip(dec.m.chunks(4)) {
-                for (kk, mj) in mg.iter().enumerate() {
-                    let mv = _mm512_loadu_ps(mj.as_ptr());
-                    accm[kk] = _mm512_add_ps(accm[kk], _mm512_mul_ps(mv, _mm512_set1_ps(u.s[kk])));
-                }
+            match j % 4 {
+                0 => block_step::<B, R>(dec, j, xs, 0, &mut acc),
+                1 => block_step::<B, R>(dec, j, xs, 1, &mut acc),
+                _ => block_step::<B, R>(dec, j, xs, 2, &mut acc),
             }
         }
-        // `legacy::finish`, sixteen rows at once, in `gemm8`'s order.
-        let mut r = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        if B::M == MTerm::Stored {
-            let rm = _mm512_add_ps(
-                _mm512_add_ps(accm[0], accm[1]),
-                _mm512_add_ps(accm[2], accm[3]),
-            );
-            r = _mm512_add_ps(r, rm);
+        let mut out = [[0.0f32; ROWS]; R];
+        for (r, (x, acc)) in xs.iter().zip(&acc).enumerate() {
+            // The stored m terms: lane j % 4 of each row gains m_j * sx_j, in block order.
+            let mut accm = [_mm512_setzero_ps(); 4];
+            if B::M == MTerm::Stored {
+                for (u, mg) in x.iter().zip(dec.m.chunks(4)) {
+                    for (kk, mj) in mg.iter().enumerate() {
+                        let mv = _mm512_loadu_ps(mj.as_ptr());
+                        accm[kk] =
+                            _mm512_add_ps(accm[kk], _mm512_mul_ps(mv, _mm512_set1_ps(u.s[kk])));
+                    }
+                }
+            }
+            // `legacy::finish`, sixteen rows at once, in `gemm8`'s order.
+            let mut v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+            if B::M == MTerm::Stored {
+                let rm = _mm512_add_ps(
+                    _mm512_add_ps(accm[0], accm[1]),
+                    _mm512_add_ps(accm[2], accm[3]),
+                );
+                v = _mm512_add_ps(v, rm);
+            }
+            _mm512_storeu_ps(out[r].as_mut_ptr(), v);
         }
-        let mut out = [0.0f32; ROWS];
-        _mm512_storeu_ps(out.as_mut_ptr(), r);
         out
     }
 }
 
-/// Block column `j` of the group with its activation block (in unit `u`):
-/// `fma(d · dx, P, lane)`, `P` the sixteen rows' exact block integers.
+/// Block column `j` of the group with block `j` of each activation row (`kk = j % 4`, a
+/// constant where the caller unrolls): `lane = fma(d · dx, P, lane)` into `acc[r][kk]`, `P`
+/// the sixteen rows' exact block integers.
 ///
 /// # Safety
-/// As [`dot16`]; for the signed formats `dec.shifted` holds this activation row.
+/// As [`dot16`]; for the signed formats `dec.shifted` holds these activation rows.
 #[inline(always)]
-unsafe fn block_step<B: LegacyAvx2>(
+unsafe fn block_step<B: LegacyAvx2, const R: usize>(
     dec: &Decoded,
     j: usize,
-    u: &BlockQ8x4,
-    lane: __m512,
-) -> __m512 {
-    let kk = j % 4;
+    xs: [&[BlockQ8x4]; R],
+    kk: usize,
+    acc: &mut [[__m512; 4]; R],
+) {
+    let bpr = dec.chunks.len();
     // SAFETY: as the caller promised; 64 readable bytes per row of the decoded arrays.
     unsafe {
-        let s = _mm512_mul_ps(_mm512_loadu_ps(dec.d[j].as_ptr()), _mm512_set1_ps(u.d[kk]));
-        // Two integer chains (even and odd chunks), added: exact in any order.
-        let init = if B::SIGNED {
-            _mm512_loadu_si512(dec.corr[j].as_ptr().cast())
-        } else if let MTerm::Offset(o) = B::M {
-            _mm512_set1_epi32(-o * u.isum[kk])
-        } else {
-            _mm512_setzero_si512()
-        };
-        let mut p = [init, _mm512_setzero_si512()];
-        for k in 0..8 {
-            let w = _mm512_load_si512(dec.chunks[j].0[k].as_ptr().cast());
-            p[k % 2] = if B::SIGNED {
-                _mm512_dpbusd_epi32(p[k % 2], _mm512_set1_epi32(word(&dec.shifted[j], k)), w)
+        let dw = _mm512_loadu_ps(dec.d[j].as_ptr());
+        let mut p = [_mm512_setzero_si512(); R];
+        for (r, p) in p.iter_mut().enumerate() {
+            *p = if B::SIGNED {
+                _mm512_loadu_si512(dec.corr[j].as_ptr().cast())
+            } else if let MTerm::Offset(o) = B::M {
+                _mm512_set1_epi32(-o * xs[r][j / 4].isum[kk])
             } else {
-                _mm512_dpbusd_epi32(p[k % 2], w, _mm512_set1_epi32(word_i8(&u.qs[kk], k)))
+                _mm512_setzero_si512()
             };
         }
-        let p = _mm512_add_epi32(p[0], p[1]);
-        _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(p), lane)
+        for k in 0..8 {
+            let w = _mm512_load_si512(dec.chunks[j].0[k].as_ptr().cast());
+            for (r, p) in p.iter_mut().enumerate() {
+                *p = if B::SIGNED {
+                    let x = word(&dec.shifted[r * bpr + j], k);
+                    _mm512_dpbusd_epi32(*p, _mm512_set1_epi32(x), w)
+                } else {
+                    let x = word_i8(&xs[r][j / 4].qs[kk], k);
+                    _mm512_dpbusd_epi32(*p, w, _mm512_set1_epi32(x))
+                };
+            }
+        }
+        for (r, p) in p.iter().enumerate() {
+            let s = _mm512_mul_ps(dw, _mm512_set1_ps(xs[r][j / 4].d[kk]));
+            acc[r][kk] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(*p), acc[r][kk]);
+        }
     }
 }
