@@ -6,10 +6,11 @@
 //! The engine's batch invariance needs every number a query produces to be computed by the
 //! same float operations however the work around it is tiled. So each kernel here processes
 //! several rows/keys at once only for register reuse, never by mixing them:
-//! - [`attn_scores_f16`]: the score of (row r, key j) is one 8-lane FMA accumulator over
-//!   `d` (lane `l` takes elements `l, l+8, …` in order), summed as
-//!   `((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7))`, plus the `d % 8` tail in order — whatever the
-//!   number of rows or keys in the call.
+//! - [`attn_scores_f16`]: the score of (row r, key j) is one 16-lane FMA accumulator over
+//!   the first `d / 16 · 16` elements (lane `l` takes elements `l, l+16, …` in order),
+//!   folded as `m_l = L_l + L_{l+8}` and then `((m0+m1)+(m2+m3)) + ((m4+m5)+(m6+m7))`, plus
+//!   the remaining elements in order — whatever the number of rows or keys in the call, and
+//!   the same bits in the AVX2 spelling (two passes of eight lanes) and the AVX-512 one.
 //! - [`attn_accumulate_f16`]: element (r, i) is `acc = fma(p[r][j], v[j][i], acc)` over the keys
 //!   in call order; lanes never interact.
 //! - [`exp_shift_sum`]: a fixed lane/tail split of the slice it is given.
@@ -89,7 +90,7 @@ fn silu_scalar(x: f32) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
 
@@ -117,6 +118,16 @@ mod avx2 {
         let y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
         let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(EXP_MIN));
         _mm256_and_ps(y, keep)
+    }
+
+    /// A score's elements past the sixteen-lane part (`from..d`), in order, onto `s`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn score_tail(mut s: f32, q: &[f32], r: usize, d: usize, key: &[f16], from: usize) -> f32 {
+        for t in from..d {
+            s = key[t].to_f32().mul_add(q[r * d + t], s);
+        }
+        s
     }
 
     /// The lane sums of 4 accumulators, each as `((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7))`
@@ -202,6 +213,10 @@ mod avx2 {
     }
 
     /// Scores of `R` rows of `q` (each `d` long) against `K` keys (see the module doc).
+    ///
+    /// Sixteen lanes (the AVX-512 kernel's vector) in two passes of eight: lanes 0..8 take
+    /// elements `16c..16c+8`, lanes 8..16 elements `16c+8..16c+16`; eight lanes at a time
+    /// keep the `R·K` accumulators in the sixteen AVX2 registers.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn scores<const R: usize, const K: usize>(
@@ -213,7 +228,7 @@ mod avx2 {
         for k in &keys {
             assert!(k.len() >= d);
         }
-        let d8 = d / 8 * 8;
+        let d16 = d / 16 * 16;
         // (Loops, not `array::from_fn` / `map`: their closures would not be inlined here.)
         let mut qp = [q.as_ptr(); R];
         for (r, p) in qp.iter_mut().enumerate() {
@@ -223,39 +238,46 @@ mod avx2 {
         for (p, k) in kp.iter_mut().zip(keys) {
             *p = k.as_ptr();
         }
-        let mut acc = [[_mm256_setzero_ps(); R]; K];
-        let mut i = 0;
-        while i < d8 {
-            // SAFETY: i + 8 <= d, and every key has d values and q has R rows of d (asserted).
-            unsafe {
-                let mut kv = [_mm256_setzero_ps(); K];
-                for j in 0..K {
-                    kv[j] = ld_f16(kp[j].wrapping_add(i));
-                }
-                for r in 0..R {
-                    let qv = ld(qp[r].wrapping_add(i));
+        let mut half = [[[_mm256_setzero_ps(); R]; K]; 2];
+        for (h, acc) in half.iter_mut().enumerate() {
+            let mut i = 8 * h;
+            while i < d16 {
+                // SAFETY: i + 8 <= d16 <= d, and every key has d values and q has R rows of
+                // d (asserted).
+                unsafe {
+                    let mut kv = [_mm256_setzero_ps(); K];
                     for j in 0..K {
-                        acc[j][r] = _mm256_fmadd_ps(kv[j], qv, acc[j][r]);
+                        kv[j] = ld_f16(kp[j].wrapping_add(i));
+                    }
+                    for r in 0..R {
+                        let qv = ld(qp[r].wrapping_add(i));
+                        for j in 0..K {
+                            acc[j][r] = _mm256_fmadd_ps(kv[j], qv, acc[j][r]);
+                        }
                     }
                 }
+                i += 16;
             }
-            i += 8;
         }
         let mut out = [[0.0f32; R]; K];
         let mut flat = [[_mm256_setzero_ps(); 4]; 2];
         for j in 0..K {
             for r in 0..R {
-                flat[(j * R + r) / 4][(j * R + r) % 4] = acc[j][r];
+                flat[(j * R + r) / 4][(j * R + r) % 4] =
+                    _mm256_add_ps(half[0][j][r], half[1][j][r]);
             }
         }
         let sums = [reduce4(flat[0]), reduce4(flat[1])];
         for j in 0..K {
             for r in 0..R {
-                let mut s = sums[(j * R + r) / 4][(j * R + r) % 4];
-                for t in d8..d {
-                    s = keys[j][t].to_f32().mul_add(q[r * d + t], s);
-                }
-                out[j][r] = s;
+                out[j][r] = score_tail(
+                    sums[(j * R + r) / 4][(j * R + r) % 4],
+                    q,
+                    r,
+                    d,
+                    keys[j],
+                    d16,
+                );
             }
         }
         out
@@ -445,9 +467,13 @@ pub fn attn_scores_f16_isa(isa: Isa, q: &[f32], d: usize, keys: &[&[f16]], out: 
             let rr = (rows - r0).min(ROWS);
             let qr = &q[r0 * d..(r0 + rr) * d];
             let o = &mut out[r0 * n..(r0 + rr) * n];
-            // SAFETY: an AVX2 `Isa` proves the CPU features.
+            // SAFETY: an AVX2 `Isa` proves the CPU features (an AVX-512 one those too).
             unsafe {
                 match rr {
+                    4 if isa.is_avx512() => crate::attn_avx512::scores_rows::<4>(qr, d, keys, o),
+                    3 if isa.is_avx512() => crate::attn_avx512::scores_rows::<3>(qr, d, keys, o),
+                    2 if isa.is_avx512() => crate::attn_avx512::scores_rows::<2>(qr, d, keys, o),
+                    1 if isa.is_avx512() => crate::attn_avx512::scores_rows::<1>(qr, d, keys, o),
                     4 => avx2::scores_rows::<4>(qr, d, keys, o),
                     3 => avx2::scores_rows::<3>(qr, d, keys, o),
                     2 => avx2::scores_rows::<2>(qr, d, keys, o),

@@ -1,18 +1,105 @@
-//! The AVX-512 twin of `attn`'s value-sum kernel, bit-identical to the AVX2 one: the sums
-//! are element-wise (`acc = fma(p, v, acc)` over the keys in order), so sixteen elements per
-//! vector instead of eight changes nothing but the count of instructions (default model,
-//! pp512: +3 %).
+//! The AVX-512 twins of `attn`'s AVX2 kernels, bit-identical to them.
 //!
-//! Not here: the scores. A 512-bit score kernel that keeps the AVX2 bits (two keys per
-//! vector, each half taking the AVX2 8-lane sequence, folded by the same `reduce4`) was
-//! built and measured slower (default model pp512 1,601 → 1,315–1,550 tok/s, interleaved):
-//! joining two keys' halves and broadcasting the query row cost more than the FMAs saved.
+//! - Value sums: element-wise (`acc = fma(p, v, acc)` over the keys in order), so sixteen
+//!   elements per vector instead of eight changes nothing but the count of instructions
+//!   (default model, pp512: +3 %).
+//! - Scores: `attn`'s order has sixteen lanes (the AVX2 kernel runs it as two passes of
+//!   eight), so here one vector is one score's accumulator, and with 32 registers four keys
+//!   share each query load (AVX2: two). The fold adds the two 256-bit halves and then takes
+//!   the AVX2 kernel's `reduce4`. (An earlier 512-bit kernel that kept the old 8-lane order
+//!   had to join two keys' halves per vector and was slower than AVX2.)
 
 use std::arch::x86_64::*;
 
 use half::f16;
 
 const ALL: i32 = -1;
+
+/// `out[r * keys.len() + j]` = score of row `r` of `q` (`R` rows of `d`) and key `j`: keys
+/// four at a time, then two, then one (each score's operations are the same either way).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub fn scores_rows<const R: usize>(q: &[f32], d: usize, keys: &[&[f16]], out: &mut [f32]) {
+    let n = keys.len();
+    assert!(out.len() >= R * n && q.len() >= R * d);
+    for k in keys {
+        assert!(k.len() >= d);
+    }
+    let mut j = 0;
+    while j < n {
+        let take = (n - j).min(4);
+        let s: [[f32; R]; 4] = match take {
+            4 => scores::<R, 4>(q, d, [keys[j], keys[j + 1], keys[j + 2], keys[j + 3]]),
+            3 => widen(scores::<R, 3>(q, d, [keys[j], keys[j + 1], keys[j + 2]])),
+            2 => widen(scores::<R, 2>(q, d, [keys[j], keys[j + 1]])),
+            _ => widen(scores::<R, 1>(q, d, [keys[j]])),
+        };
+        for (t, s) in s.iter().enumerate().take(take) {
+            for r in 0..R {
+                out[r * n + j + t] = s[r];
+            }
+        }
+        j += take;
+    }
+}
+
+/// `K` keys' scores as four (the rest zero).
+#[inline(always)]
+fn widen<const R: usize, const K: usize>(s: [[f32; R]; K]) -> [[f32; R]; 4] {
+    let mut out = [[0.0; R]; 4];
+    out[..K].copy_from_slice(&s);
+    out
+}
+
+/// Scores of `R` rows of `q` against `K` keys, one 16-lane accumulator each.
+// Index loops over the constant `R` and `K`: unrolled, they keep the accumulators in registers.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn scores<const R: usize, const K: usize>(q: &[f32], d: usize, keys: [&[f16]; K]) -> [[f32; R]; K] {
+    let d16 = d / 16 * 16;
+    let mut acc = [[_mm512_setzero_ps(); R]; K];
+    let mut i = 0;
+    while i < d16 {
+        // SAFETY: i + 16 <= d; `q` holds R rows of d and every key d values (the caller
+        // asserted); masked moves with all-ones masks are plain loads.
+        unsafe {
+            let mut kv = [_mm512_setzero_ps(); K];
+            for (x, k) in kv.iter_mut().zip(&keys) {
+                let p = k.as_ptr().wrapping_add(i);
+                *x = _mm512_cvtph_ps(_mm256_maskload_epi32(p.cast(), _mm256_set1_epi32(ALL)));
+            }
+            for r in 0..R {
+                let qv = _mm512_maskz_loadu_ps(ALL as u16, q.as_ptr().wrapping_add(r * d + i));
+                for j in 0..K {
+                    acc[j][r] = _mm512_fmadd_ps(kv[j], qv, acc[j][r]);
+                }
+            }
+        }
+        i += 16;
+    }
+    let mut out = [[0.0f32; R]; K];
+    let mut flat = [_mm256_setzero_ps(); 4];
+    let mut slot = 0;
+    for j in 0..K {
+        for r in 0..R {
+            let a = acc[j][r];
+            flat[slot % 4] = _mm256_add_ps(
+                _mm512_castps512_ps256(a),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
+            );
+            slot += 1;
+            if slot % 4 == 0 || slot == K * R {
+                let sums = crate::attn::avx2::reduce4(flat);
+                let first = (slot - 1) / 4 * 4;
+                for (t, &s) in sums.iter().enumerate().take(slot - first) {
+                    let (jj, rr) = ((first + t) / R, (first + t) % R);
+                    out[jj][rr] = crate::attn::avx2::score_tail(s, q, rr, d, keys[jj], d16);
+                }
+            }
+        }
+    }
+    out
+}
 
 /// `acc[r] += Σ_j p[r * n + j] · vs[j]` for `R` rows of `d`, keys in order, 32 elements per
 /// step, then 16, then one at a time (the same fused sequence per element as the AVX2 kernel).
