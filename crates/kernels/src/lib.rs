@@ -74,8 +74,10 @@
 //! 0.31 there, within 0.01 of each other elsewhere).
 //!
 //! `gemm8` (from 8 activation rows) decodes eight weight rows once into chunks whose lane `i`
-//! is row `i`, so a (block, row) costs broadcast + maddubs + madd + cvt + fma and no
-//! per-row scale work; the remaining limit is the int8 multiply throughput. On Zen 3,
+//! is row `i`, so four values of a (block, row) cost a broadcast + maddubs + madd (one
+//! `vpdpbusd` with VNNI) and no per-row scale work, plus one cvt + fma per block (`gemm16`
+//! on AVX-512: three activation rows per pass share each chunk load); the remaining limit is
+//! the int8 multiply throughput. On Zen 3,
 //! `maddubs`/`madd` share two pipes, `sign`/`abs`/`fma` two others that overlap them, and
 //! `cvt` a third pair, so fewer float steps pay: the repacked head (`Q8Rows8`) sums a
 //! block's eight chunks in i32 and takes one float step per block into one accumulator per
@@ -85,8 +87,7 @@
 //! 32-value formats take one float step per block too (exact block integers, lanes `b % 4`;
 //! see `legacy`), since fidelity is judged by the statistical gate rather than one golden
 //! continuation (docs/PERFORMANCE.md, 2026-12-03). Q6_K runs eight
-//! activation rows per call (`WeightBlock::WIDE`). Earlier wins: no
-//! horizontal reduction per block (FMA into eight lanes), several weight rows per call at
+//! activation rows per call (`WeightBlock::WIDE`). Earlier wins: several weight rows per call at
 //! n = 1, the row loop inside the `target_feature` function, table-driven K-quant scales, and
 //! AVX2 activation quantization. `ThreadPool::for_each` of tiny tasks: ~0.05 µs per call.
 
