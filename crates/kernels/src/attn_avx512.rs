@@ -77,25 +77,25 @@ fn scores<const R: usize, const K: usize>(q: &[f32], d: usize, keys: [&[f16]; K]
         }
         i += 16;
     }
-    let mut out = [[0.0f32; R]; K];
-    let mut flat = [_mm256_setzero_ps(); 4];
-    let mut slot = 0;
+    // Each accumulator's two halves added (the AVX2 kernel's two passes), then `reduce4` four
+    // at a time, as there.
+    let mut flat = [[_mm256_setzero_ps(); 4]; 4];
     for j in 0..K {
         for r in 0..R {
             let a = acc[j][r];
-            flat[slot % 4] = _mm256_add_ps(
-                _mm512_castps512_ps256(a),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
-            );
-            slot += 1;
-            if slot % 4 == 0 || slot == K * R {
-                let sums = crate::attn::avx2::reduce4(flat);
-                let first = (slot - 1) / 4 * 4;
-                for (t, &s) in sums.iter().enumerate().take(slot - first) {
-                    let (jj, rr) = ((first + t) / R, (first + t) % R);
-                    out[jj][rr] = crate::attn::avx2::score_tail(s, q, rr, d, keys[jj], d16);
-                }
-            }
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
+            flat[(j * R + r) / 4][(j * R + r) % 4] = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+        }
+    }
+    let mut sums = [[0.0f32; 4]; 4];
+    for (s, f) in sums.iter_mut().zip(&flat).take((K * R).div_ceil(4)) {
+        *s = crate::attn::avx2::reduce4(*f);
+    }
+    let mut out = [[0.0f32; R]; K];
+    for j in 0..K {
+        for r in 0..R {
+            let s = sums[(j * R + r) / 4][(j * R + r) % 4];
+            out[j][r] = crate::attn::avx2::score_tail(s, q, r, d, keys[j], d16);
         }
     }
     out

@@ -189,10 +189,11 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
                 } else {
                     _mm256_loadu_ps(d_f32[at..].as_ptr())
                 };
-                let m = match B::M {
-                    MTerm::Zero => _mm256_setzero_ps(),
-                    MTerm::Offset(o) => _mm256_mul_ps(d, _mm256_set1_ps(-(o as f32))),
-                    MTerm::Stored => _mm256_cvtph_ps(_mm_loadu_si128(m_bits[at..].as_ptr().cast())),
+                // Only the stored m terms are floats; offsets are taken in the block integers.
+                let m = if B::M == MTerm::Stored {
+                    _mm256_cvtph_ps(_mm_loadu_si128(m_bits[at..].as_ptr().cast()))
+                } else {
+                    _mm256_setzero_ps()
                 };
                 _mm256_storeu_ps(dec.d[j][at..].as_mut_ptr(), d);
                 _mm256_storeu_ps(dec.m[j][at..].as_mut_ptr(), m);
@@ -315,14 +316,12 @@ unsafe fn block_step<B: LegacyAvx2, const R: usize>(
     unsafe {
         let dw = _mm512_loadu_ps(dec.d[j].as_ptr());
         let mut p = [_mm512_setzero_si512(); R];
-        for (r, p) in p.iter_mut().enumerate() {
-            *p = if B::SIGNED {
-                _mm512_loadu_si512(dec.corr[j].as_ptr().cast())
-            } else if let MTerm::Offset(o) = B::M {
-                _mm512_set1_epi32(-o * xs[r][j / 4].isum[kk])
-            } else {
-                _mm512_setzero_si512()
-            };
+        if B::SIGNED {
+            p = [_mm512_loadu_si512(dec.corr[j].as_ptr().cast()); R];
+        } else if let MTerm::Offset(o) = B::M {
+            for (p, x) in p.iter_mut().zip(&xs) {
+                *p = _mm512_set1_epi32(-o * x[j / 4].isum[kk]);
+            }
         }
         for k in 0..8 {
             let w = _mm512_load_si512(dec.chunks[j].0[k].as_ptr().cast());

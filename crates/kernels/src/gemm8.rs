@@ -146,10 +146,11 @@ fn decode<B: LegacyAvx2>(rows: &[B], bpr: usize, dec: &mut Decoded) {
             } else {
                 _mm256_loadu_ps(d_f32.as_ptr())
             };
-            let m = match B::M {
-                MTerm::Zero => _mm256_setzero_ps(),
-                MTerm::Offset(o) => _mm256_mul_ps(d, _mm256_set1_ps(-(o as f32))),
-                MTerm::Stored => _mm256_cvtph_ps(_mm_loadu_si128(m_bits.as_ptr().cast())),
+            // Only the stored m terms are floats; offsets are taken in the block integers.
+            let m = if B::M == MTerm::Stored {
+                _mm256_cvtph_ps(_mm_loadu_si128(m_bits.as_ptr().cast()))
+            } else {
+                _mm256_setzero_ps()
             };
             _mm256_storeu_ps(dec.d[j].as_mut_ptr(), d);
             _mm256_storeu_ps(dec.m[j].as_mut_ptr(), m);

@@ -178,17 +178,9 @@ pub trait Legacy32: WeightBlock<Act = BlockQ8x4> {
     fn d(&self) -> f32 {
         f16_to_f32(self.d_bits())
     }
+    /// The stored `m` of the `_1` formats (f16 bits); zero for the others.
     fn m_bits(&self) -> [u8; 2] {
         [0, 0]
-    }
-    /// The block's `m` given its decoded `d`.
-    #[inline(always)]
-    fn m(&self, d: f32) -> f32 {
-        match Self::M {
-            MTerm::Zero => 0.0,
-            MTerm::Offset(o) => d * -(o as f32),
-            MTerm::Stored => f16_to_f32(self.m_bits()),
-        }
     }
 }
 
@@ -219,10 +211,9 @@ pub fn add_block_scalar<B: Legacy32>(
     accm: &mut [f32; 4],
 ) {
     let (u, k) = (&x[b / 4], b % 4);
-    let dw = wb.d();
-    acc[k] = (dw * u.d[k]).mul_add(block_int(wb, u, k) as f32, acc[k]);
+    acc[k] = (wb.d() * u.d[k]).mul_add(block_int(wb, u, k) as f32, acc[k]);
     if B::M == MTerm::Stored {
-        accm[k] += wb.m(dw) * u.s[k];
+        accm[k] += f16_to_f32(wb.m_bits()) * u.s[k];
     }
 }
 

@@ -10,7 +10,7 @@
 //! `maddubs` saturates at i16: unsigned quants are at most 31 and activations at most 127 in
 //! magnitude (2*31*127 fits); for Q8 weights `|w| <= 128` and `|x| <= 127` (2*128*127 fits).
 
-use crate::block::{prefetch_span, PREFETCH_DISTANCE};
+use crate::block::{f16_to_f32, prefetch_span, PREFETCH_DISTANCE};
 use crate::legacy::{
     finish, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, Legacy32,
     MTerm,
@@ -359,12 +359,11 @@ fn dot_tile<B: LegacyAvx2, const WR: usize, const R: usize>(
                 if let MTerm::Offset(o) = B::M {
                     p -= o * u.isum[k];
                 }
-                let dw = wb.d();
-                let s = _mm_set_ss(dw * u.d[k]);
+                let s = _mm_set_ss(wb.d() * u.d[k]);
                 let f = _mm_fmadd_ss(s, _mm_set_ss(p as f32), _mm_set_ss(lane[k]));
                 lane[k] = _mm_cvtss_f32(f);
                 if stored_m {
-                    lane_m[k] += wb.m(dw) * u.s[k];
+                    lane_m[k] += f16_to_f32(wb.m_bits()) * u.s[k];
                 }
             }
             out[wi][r] = finish::<B>(lane, lane_m);
