@@ -333,6 +333,21 @@ pub trait WeightBlock: Block {
             out[i] = unsafe { Self::dot_avx2(row, xs) };
         }
     }
+
+    /// The AVX-512 twin of [`WeightBlock::dot_avx2_rows`] (same bits); formats without a
+    /// 512-bit kernel run the AVX2 one.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI.
+    unsafe fn dot_avx512_rows<const R: usize>(
+        w: &[Self],
+        bpr: usize,
+        xs: [&[Self::Act]; R],
+        out: &mut [[f32; R]],
+    ) {
+        // SAFETY: forwarded from the caller (AVX-512 hosts have AVX2).
+        unsafe { Self::dot_avx2_rows(w, bpr, xs, out) }
+    }
 }
 
 /// `R` dot products of weight row `w` with activation rows `xs`, on `isa`.
@@ -360,7 +375,10 @@ pub fn dot_rows_multi<W: WeightBlock, const R: usize>(
         bpr > 0 && w.len().is_multiple_of(bpr),
         "weights must be whole rows of {bpr} blocks"
     );
-    if isa.is_avx2() {
+    if isa.is_avx512() {
+        // SAFETY: an `Isa` with kind Avx512 exists only if the CPU has those features.
+        unsafe { W::dot_avx512_rows(w, bpr, xs, out) }
+    } else if isa.is_avx2() {
         // SAFETY: an `Isa` with kind Avx2 exists only if the CPU has AVX2, FMA and F16C.
         unsafe { W::dot_avx2_rows(w, bpr, xs, out) }
     } else {

@@ -238,24 +238,7 @@ pub fn unpack_scale_min_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// [`unpack_scale_min_k4`] with word operations, as the AVX2 kernels use it: the 16 bytes
-/// `sc0..sc7, mn0..mn7` as four little-endian words.
-#[inline]
-pub fn unpack_scale_min_k4_words(s: &[u8; 12]) -> [u32; 4] {
-    let word = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
-    let (a, b, c) = (word(0), word(4), word(8));
-    const LOW6: u32 = 0x3F3F_3F3F;
-    const LOW4: u32 = 0x0F0F_0F0F;
-    const LOW2: u32 = 0x0303_0303;
-    [
-        a & LOW6,
-        (c & LOW4) | (((a >> 6) & LOW2) << 4),
-        b & LOW6,
-        ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4),
-    ]
-}
-
-fn pack_scale_min_k4(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
+pub(crate) fn pack_scale_min_k4(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
     let mut s = [0u8; 12];
     for j in 0..4 {
         s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
@@ -364,7 +347,7 @@ fn fit_symmetric(x: &[f32], qhalf: i32, shalf: i32) -> ([u8; 2], [i8; 16], [i8; 
 }
 
 macro_rules! k_weight_block {
-    ($B:ty, $ty:expr, wide: $wide:expr) => {
+    ($B:ty, $ty:expr, wide: $wide:expr, rows512: $rows512:path) => {
         // SAFETY: repr(C), only byte arrays: alignment 1, no padding, every bit pattern valid.
         unsafe impl Block for $B {
             const TYPE: GgmlType = $ty;
@@ -406,16 +389,28 @@ macro_rules! k_weight_block {
                 // SAFETY: the caller guarantees AVX2, FMA and F16C.
                 unsafe { crate::kquants_avx2::dot_rows(w, bpr, xs, out) }
             }
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn dot_avx512_rows<const R: usize>(
+                w: &[Self],
+                bpr: usize,
+                xs: [&[BlockQ8K]; R],
+                out: &mut [[f32; R]],
+            ) {
+                // SAFETY: the caller guarantees AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI.
+                unsafe { $rows512(w, bpr, xs, out) }
+            }
         }
     };
 }
 
 // Eight activation rows per kernel call only where measured faster (see `WeightBlock::WIDE`).
-k_weight_block!(BlockQ2K, GgmlType::Q2_K, wide: false);
-k_weight_block!(BlockQ3K, GgmlType::Q3_K, wide: false);
-k_weight_block!(BlockQ4K, GgmlType::Q4_K, wide: false);
-k_weight_block!(BlockQ5K, GgmlType::Q5_K, wide: false);
-k_weight_block!(BlockQ6K, GgmlType::Q6_K, wide: true);
+// `rows512`: the 512-bit kernel of the formats that have one (the Q4_K_M / Q5_K_M mixes'),
+// else the AVX2 kernel.
+k_weight_block!(BlockQ2K, GgmlType::Q2_K, wide: false, rows512: crate::kquants_avx2::dot_rows);
+k_weight_block!(BlockQ3K, GgmlType::Q3_K, wide: false, rows512: crate::kquants_avx2::dot_rows);
+k_weight_block!(BlockQ4K, GgmlType::Q4_K, wide: false, rows512: crate::kquants_avx512::dot_rows);
+k_weight_block!(BlockQ5K, GgmlType::Q5_K, wide: false, rows512: crate::kquants_avx512::dot_rows);
+k_weight_block!(BlockQ6K, GgmlType::Q6_K, wide: true, rows512: crate::kquants_avx512::dot_rows);
 
 /// Element `128n + 32j + l` of the 2-bit formats sits in bits `2j` of `qs[32n + l]`.
 #[inline(always)]
@@ -734,22 +729,6 @@ mod tests {
         let sc: [u8; 8] = [0, 1, 17, 33, 63, 40, 5, 62];
         let mn: [u8; 8] = [63, 2, 0, 31, 32, 16, 48, 1];
         assert_eq!(unpack_scale_min_k4(&pack_scale_min_k4(&sc, &mn)), (sc, mn));
-    }
-
-    #[test]
-    fn q4k_scale_unpack_by_words_matches_bytes() {
-        let mut state = 12345u32;
-        for _ in 0..10_000 {
-            let s: [u8; 12] = std::array::from_fn(|_| {
-                state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                (state >> 16) as u8
-            });
-            let (sc, mn) = unpack_scale_min_k4(&s);
-            let words = unpack_scale_min_k4_words(&s);
-            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            assert_eq!(bytes[..8], sc);
-            assert_eq!(bytes[8..], mn);
-        }
     }
 
     #[test]

@@ -13,8 +13,8 @@
 
 use crate::block::prefetch_ahead;
 use crate::kquants::{
-    k_accumulate, unpack_scale_min_k4_words, unpack_scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K,
-    BlockQ5K, BlockQ6K, BlockQ8K, KQuant,
+    k_accumulate, unpack_scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+    KQuant,
 };
 use std::arch::x86_64::*;
 
@@ -90,7 +90,7 @@ fn units<'a, const R: usize>(xs: &[&'a [BlockQ8K]; R], i: usize) -> [&'a BlockQ8
 /// Horizontal sums of two i32 vectors: `(Σa, Σb)`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum2_epi32(a: __m256i, b: __m256i) -> (i32, i32) {
+pub(crate) fn hsum2_epi32(a: __m256i, b: __m256i) -> (i32, i32) {
     let h = _mm256_hadd_epi32(a, b); // a01 a23 b01 b23 | a45 a67 b45 b67
     let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     let s = _mm_hadd_epi32(s, s); // A B A B
@@ -175,7 +175,7 @@ const fn pair_ctrl_table() -> [[[u8; 32]; 8]; 8] {
 /// Two f16 values (little-endian, adjacent) as f32.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
+pub(crate) fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
         a[0], a[1], b[0], b[1],
     ])));
@@ -234,19 +234,74 @@ fn accumulate<const R: usize>(
     }
 }
 
-/// Q4_K/Q5_K scales and mins: as [`Scales16`] (sub-block k's scale at index k, its min at
-/// 8 + k), and the mins as 16 i16 lanes, each twice (one per 16-value activation group, to
-/// `madd` with the bsums).
+/// The 16 bytes Q4_K and Q5_K both start with: `d`, `dmin` (f16) and the 12 bytes that pack
+/// eight 6-bit scales and eight 6-bit mins.
+pub(crate) trait K4Head: Sized {
+    /// # Safety
+    /// Implemented only for blocks that start with those 16 bytes (checked below).
+    #[inline(always)]
+    fn head(&self) -> __m128i {
+        // SAFETY: the block is at least 16 bytes (see the impls).
+        unsafe { _mm_loadu_si128((self as *const Self).cast()) }
+    }
+}
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(BlockQ4K, d) == 0 && offset_of!(BlockQ4K, dmin) == 2);
+    assert!(offset_of!(BlockQ4K, scales) == 4);
+    assert!(offset_of!(BlockQ5K, d) == 0 && offset_of!(BlockQ5K, dmin) == 2);
+    assert!(offset_of!(BlockQ5K, scales) == 4);
+};
+impl K4Head for BlockQ4K {}
+impl K4Head for BlockQ5K {}
+
+/// A Q4_K/Q5_K header decoded in registers: bytes 0..8 the eight scales, 8..16 the eight mins
+/// (`unpack_scale_min_k4`'s), and `(d, dmin)` in f32 lanes 0 and 1. Scale/min `j < 4` is the
+/// low six bits of byte `j` / `j + 4`; `j >= 4` takes its low four bits from a nibble of
+/// byte `j + 4` and its top two from the top bits of byte `j - 4` / `j`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) fn k4_head(head: __m128i) -> (__m128i, __m128) {
+    // The packed bytes sit at 4..16: p[k] = head[4 + k].
+    const Z: i8 = -1; // shuffle to zero
+    let a = _mm_shuffle_epi8(
+        head,
+        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
+    ); // p0..3 | p8..11 | p4..7 | p8..11
+    let b = _mm_shuffle_epi8(
+        head,
+        _mm_setr_epi8(Z, Z, Z, Z, 4, 5, 6, 7, Z, Z, Z, Z, 8, 9, 10, 11),
+    ); // 0 | p0..3 | 0 | p4..7
+    let low = _mm_and_si128(
+        a,
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0),
+    );
+    let high_nibbles = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_set1_epi8(0x0F));
+    let low = _mm_blend_epi32(low, high_nibbles, 0b1000);
+    // The top two bits of p0..3 / p4..7 to bits 4-5 (16-bit shift: the bits it brings in from
+    // the next byte land in bits 6-7 and are masked off).
+    let top = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));
+    (_mm_or_si128(low, top), _mm_cvtph_ps(head))
+}
+
+/// Q4_K/Q5_K scales and mins from [`k4_head`]'s bytes: as [`Scales16`] (sub-block k's scale at
+/// index k, its min at 8 + k), and the mins as 16 i16 lanes, each twice (one per 16-value
+/// activation group, to `madd` with the bsums).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn scales_k4(s: &[u8; 12]) -> (Scales16, __m256i) {
-    let w = unpack_scale_min_k4_words(s);
-    let v = _mm_setr_epi32(w[0] as i32, w[1] as i32, w[2] as i32, w[3] as i32);
+fn scales_k4(v: __m128i) -> (Scales16, __m256i) {
     let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     (
         Scales16::new(_mm256_cvtepu8_epi16(v)),
         _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)),
     )
+}
+
+/// `(d, dmin)` from [`k4_head`]'s float lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn d_dmin(v: __m128) -> (f32, f32) {
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
 impl KAvx2 for BlockQ4K {
@@ -257,7 +312,8 @@ impl KAvx2 for BlockQ4K {
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
             prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            let (sc, mins) = scales_k4(&b.scales);
+            let (packed, dd) = k4_head(b.head());
+            let (sc, mins) = scales_k4(packed);
             let x = units(&xs, i);
             let mut ai = [_mm256_setzero_si256(); R];
             for j in 0..4 {
@@ -267,7 +323,7 @@ impl KAvx2 for BlockQ4K {
                 accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
                 accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
             }
-            let (d, dmin) = f16_pair(b.d, b.dmin);
+            let (d, dmin) = d_dmin(dd);
             for r in 0..R {
                 let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
                 acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
@@ -286,7 +342,8 @@ impl KAvx2 for BlockQ5K {
         let mut acc = [0.0f32; R];
         for (i, b) in w.iter().enumerate() {
             prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            let (sc, mins) = scales_k4(&b.scales);
+            let (packed, dd) = k4_head(b.head());
+            let (sc, mins) = scales_k4(packed);
             let x = units(&xs, i);
             let qh = load32u(&b.qh);
             let mut ai = [_mm256_setzero_si256(); R];
@@ -301,7 +358,7 @@ impl KAvx2 for BlockQ5K {
                 accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
                 accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
             }
-            let (d, dmin) = f16_pair(b.d, b.dmin);
+            let (d, dmin) = d_dmin(dd);
             for r in 0..R {
                 let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
                 acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
@@ -438,5 +495,49 @@ impl KAvx2 for BlockQ3K {
             }
         }
         acc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kquants::unpack_scale_min_k4;
+
+    /// The register decode of a Q4_K header gives `unpack_scale_min_k4`'s bytes and the two
+    /// f16 scales, over random headers (every bit pattern of the packed bytes is valid).
+    #[test]
+    fn k4_head_matches_bytes() {
+        if !is_x86_feature_detected!("avx2") || !is_x86_feature_detected!("f16c") {
+            return;
+        }
+        let mut state = 12345u32;
+        let mut byte = || {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (state >> 16) as u8
+        };
+        for _ in 0..10_000 {
+            let mut b = BlockQ4K {
+                d: [0; 2],
+                dmin: [0; 2],
+                scales: [0; 12],
+                qs: [0; 128],
+            };
+            b.scales = std::array::from_fn(|_| byte());
+            b.d = crate::block::f32_to_f16(byte() as f32 / 7.0);
+            b.dmin = crate::block::f32_to_f16(-(byte() as f32) / 3.0);
+            // SAFETY: AVX2 and F16C were detected above.
+            let (v, dd) = unsafe { k4_head(b.head()) };
+            let mut bytes = [0u8; 16];
+            // SAFETY: 16 writable bytes; SSE2 is part of x86-64.
+            unsafe { _mm_storeu_si128(bytes.as_mut_ptr().cast(), v) };
+            let (sc, mn) = unpack_scale_min_k4(&b.scales);
+            assert_eq!(bytes[..8], sc);
+            assert_eq!(bytes[8..], mn);
+            let mut f = [0.0f32; 4];
+            // SAFETY: 16 writable bytes.
+            unsafe { _mm_storeu_ps(f.as_mut_ptr(), dd) };
+            assert_eq!(f[0], crate::block::f16_to_f32(b.d));
+            assert_eq!(f[1], crate::block::f16_to_f32(b.dmin));
+        }
     }
 }

@@ -112,6 +112,8 @@ mod kgemm;
 mod kquants;
 #[cfg(target_arch = "x86_64")]
 mod kquants_avx2;
+#[cfg(target_arch = "x86_64")]
+mod kquants_avx512;
 mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy_avx2;
