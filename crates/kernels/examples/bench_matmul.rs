@@ -139,7 +139,7 @@ fn main() {
         return;
     }
     if std::env::args().nth(2).as_deref() == Some("one") {
-        // `one TYPE N`: repeat one compute-bound case (for perf).
+        // `one TYPE N [ROWS]`: repeat one compute-bound case (for perf).
         let ty = std::env::args().nth(3).unwrap_or_default();
         let ty = GgmlType::ALL
             .into_iter()
@@ -154,6 +154,11 @@ fn main() {
         } else {
             (256, 640)
         };
+        // An optional row count: more rows than the default spread the per-call cost.
+        let rows: usize = std::env::args()
+            .nth(5)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(rows);
         for _ in 0..20 {
             compute_bound(ty, rows, cols, n);
         }

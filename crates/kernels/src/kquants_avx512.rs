@@ -33,8 +33,8 @@ pub(crate) struct Decoded512 {
     /// One i16 per 16-value group, to `madd` with the activation block sums: the group's min
     /// (formats with mins) or scale (signed formats; times `Q_OFFSET` afterwards).
     bias: __m256i,
-    d: f32,
-    dmin: f32,
+    /// `d` in lane 0, `dmin` in lane 1 (Q6_K: 0).
+    dd: __m128,
 }
 
 /// A K format with a 512-bit decode.
@@ -70,31 +70,113 @@ fn rows_impl<B: KAvx512, const R: usize>(
     xs: [&[BlockQ8K]; R],
     out: &mut [[f32; R]],
 ) {
-    for (row, o) in w.chunks_exact(bpr).zip(out.iter_mut()) {
+    let mut rows = w.chunks_exact(bpr).zip(out.iter_mut());
+    if R == 1 {
+        // Four weight rows at a time where there are four (see `four_rows`).
+        let quads = w.len() / bpr / 4;
+        for _ in 0..quads {
+            let ((r0, o0), (r1, o1)) = (rows.next().unwrap(), rows.next().unwrap());
+            let ((r2, o2), (r3, o3)) = (rows.next().unwrap(), rows.next().unwrap());
+            let dots = four_rows([r0, r1, r2, r3], xs[0]);
+            (o0[0], o1[0], o2[0], o3[0]) = (dots[0], dots[1], dots[2], dots[3]);
+        }
+    }
+    for (row, o) in rows {
         let mut acc = [0.0f32; R];
         for (i, b) in row.iter().enumerate() {
             prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
             // SAFETY: the features `decode512` needs are enabled in this function.
             let dec = unsafe { b.decode512() };
+            let (d, dmin) = (
+                _mm_cvtss_f32(dec.dd),
+                _mm_cvtss_f32(_mm_movehdup_ps(dec.dd)),
+            );
             for (a, x) in acc.iter_mut().zip(&xs) {
                 let x = &x[i];
-                let (raw, bias) = block_ints(&dec, x);
+                let z = block_vector(&dec, x);
+                let (raw, bias) =
+                    hsum2_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64(z, 1));
                 let (sumi, summ) = if B::HAS_MIN {
                     (raw, bias)
                 } else {
                     (raw - B::Q_OFFSET * bias, 0)
                 };
-                *a = k_accumulate::<B>(*a, dec.d, dec.dmin, x.d, sumi, summ);
+                *a = k_accumulate::<B>(*a, d, dmin, x.d, sumi, summ);
             }
         }
         *o = acc;
     }
 }
 
-/// `(Σ_g sc_g Σ u x, Σ_g b_g bsum_g)` of one decoded super-block and one activation block.
+/// One activation row times four weight rows. The horizontal sums cost about as much as the
+/// products, so the four rows' super-block integers are reduced together, and their float
+/// steps run as four lanes: lane `k` takes exactly `k_accumulate`'s operations for row `k`,
+/// super-block after super-block, so each row's result is the one-row path's.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn four_rows<B: KAvx512>(rows: [&[B]; 4], x: &[BlockQ8K]) -> [f32; 4] {
+    let mut acc = _mm_setzero_ps();
+    for (i, x) in x.iter().enumerate().take(rows[0].len()) {
+        let mut z = [_mm512_setzero_si512(); 4];
+        let mut dd = [_mm_setzero_ps(); 4];
+        for k in 0..4 {
+            let b = &rows[k][i];
+            prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
+            // SAFETY: the features `decode512` needs are enabled in this function.
+            let dec = unsafe { b.decode512() };
+            z[k] = block_vector(&dec, x);
+            dd[k] = dec.dd;
+        }
+        let (raw, bias) = reduce4(z);
+        // Lanes: d of each row, then dmin of each row.
+        let (d01, d23) = (_mm_unpacklo_ps(dd[0], dd[1]), _mm_unpacklo_ps(dd[2], dd[3]));
+        let (d, dmin) = (_mm_movelh_ps(d01, d23), _mm_movehl_ps(d23, d01));
+        let dx = _mm_set1_ps(x.d);
+        let t = if B::HAS_MIN {
+            _mm_sub_ps(
+                _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(raw)),
+                _mm_mul_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(bias)),
+            )
+        } else {
+            let sumi = _mm_sub_epi32(raw, _mm_mullo_epi32(bias, _mm_set1_epi32(B::Q_OFFSET)));
+            _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(sumi))
+        };
+        acc = _mm_add_ps(acc, t);
+    }
+    let mut out = [0.0f32; 4];
+    // SAFETY: 16 writable bytes.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    out
+}
+
+/// Four vectors' sums: `(Σ low half of z[k], Σ high half of z[k])` for k = 0..4, as lanes.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+fn reduce4(z: [__m512i; 4]) -> (__m128i, __m128i) {
+    // Per 128-bit lane: [Σ2 z0, Σ2 z1, Σ2 z0, Σ2 z1] (elements 0+2, 1+3), same for z2, z3.
+    let u01 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(z[0], z[1]),
+        _mm512_unpackhi_epi32(z[0], z[1]),
+    );
+    let u23 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(z[2], z[3]),
+        _mm512_unpackhi_epi32(z[2], z[3]),
+    );
+    // Per 128-bit lane: [Σ4 z0, Σ4 z1, Σ4 z2, Σ4 z3].
+    let v = _mm512_add_epi32(
+        _mm512_unpacklo_epi64(u01, u23),
+        _mm512_unpackhi_epi64(u01, u23),
+    );
+    // 128-bit lanes 0 + 1 (the low halves), 2 + 3 (the high halves).
+    let w = _mm512_add_epi32(v, _mm512_shuffle_i64x2(v, v, 0b10_11_00_01));
+    (_mm512_castsi512_si128(w), _mm512_extracti32x4_epi32(w, 2))
+}
+
+/// One decoded super-block and one activation block: the low half's lanes sum to
+/// `Σ_g sc_g Σ u x`, the high half's to `Σ_g b_g bsum_g`.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn block_ints(dec: &Decoded512, x: &BlockQ8K) -> (i32, i32) {
+fn block_vector(dec: &Decoded512, x: &BlockQ8K) -> __m512i {
     let xv = |c: usize| {
         let xq = &x.qs[64 * c..64 * c + 64];
         // SAFETY: 64 readable bytes.
@@ -108,7 +190,11 @@ fn block_ints(dec: &Decoded512, x: &BlockQ8K) -> (i32, i32) {
     let s = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
     // SAFETY: 16 i16 = 32 readable bytes.
     let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
-    hsum2_epi32(s, _mm256_madd_epi16(bsums, dec.bias))
+    _mm512_inserti64x4(
+        _mm512_castsi256_si512(s),
+        _mm256_madd_epi16(bsums, dec.bias),
+        1,
+    )
 }
 
 /// 32 bytes from `p`, in both halves of a vector.
@@ -134,7 +220,9 @@ fn halves(lo: i16, hi: i16) -> __m512i {
 
 /// `vpermw` controls: `Q4K_SC[c]` picks i16 lane `2c` of the scales for the low half and
 /// `2c + 1` for the high half (Q4_K/Q5_K: one scale per 32 values); `Q6K_SC[c]` picks lane
-/// `4c + l / 8` for lane `l` (Q6_K: one scale per 16 values, 8 i16 lanes).
+/// `4c + l / 8` for lane `l` (Q6_K: one scale per 16 values, 8 i16 lanes). (Gathering each
+/// 128-bit lane's four scales with one `vpermw` and spreading them with an in-lane `vpshufb`
+/// per chunk was slower.)
 static Q4K_SC: [[u16; 32]; 4] = sc_ctrl(32);
 static Q6K_SC: [[u16; 32]; 4] = sc_ctrl(16);
 
@@ -166,17 +254,16 @@ fn scale_vectors(s16: __m256i, ctrl: &[[u16; 32]; 4]) -> [__m512i; 4] {
 }
 
 /// Q4_K/Q5_K: the scale vectors, the mins as 16 i16 lanes (each twice: one per 16-value
-/// activation group), and `(d, dmin)`.
+/// activation group), and `d`, `dmin` in lanes 0 and 1.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw")]
-fn head_k4<B: K4Head>(b: &B) -> ([__m512i; 4], __m256i, f32, f32) {
+fn head_k4<B: K4Head>(b: &B) -> ([__m512i; 4], __m256i, __m128) {
     let (v, dd) = k4_head(b.head());
     let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     (
         scale_vectors(_mm256_cvtepu8_epi16(v), &Q4K_SC),
         _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)),
-        _mm_cvtss_f32(dd),
-        _mm_cvtss_f32(_mm_movehdup_ps(dd)),
+        dd,
     )
 }
 
@@ -191,13 +278,12 @@ impl KAvx512 for BlockQ4K {
         let q = |c: usize| {
             _mm512_and_si512(_mm512_srlv_epi16(broadcast32(&self.qs[32 * c..]), nib), m4)
         };
-        let (sc, bias, d, dmin) = head_k4(self);
+        let (sc, bias, dd) = head_k4(self);
         Decoded512 {
             q: [q(0), q(1), q(2), q(3)],
             sc,
             bias,
-            d,
-            dmin,
+            dd,
         }
     }
 }
@@ -228,13 +314,12 @@ impl KAvx512 for BlockQ5K {
             let low = _mm512_and_si512(_mm512_srlv_epi16(broadcast32(&self.qs[32 * c..]), nib), m4);
             _mm512_or_si512(low, _mm512_and_si512(q5_high(qh, c), bit4))
         };
-        let (sc, bias, d, dmin) = head_k4(self);
+        let (sc, bias, dd) = head_k4(self);
         Decoded512 {
             q: [q(0), q(1), q(2), q(3)],
             sc,
             bias,
-            d,
-            dmin,
+            dd,
         }
     }
 }
@@ -270,8 +355,7 @@ impl KAvx512 for BlockQ6K {
             q: [q0, q1, q2, q3],
             sc: scale_vectors(s16, &Q6K_SC),
             bias: s16,
-            d: f16_pair(self.d, [0, 0]).0,
-            dmin: 0.0,
+            dd: _mm_set_ss(f16_pair(self.d, [0, 0]).0),
         }
     }
 }
