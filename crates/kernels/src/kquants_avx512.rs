@@ -70,18 +70,13 @@ fn rows_impl<B: KAvx512, const R: usize>(
     xs: [&[BlockQ8K]; R],
     out: &mut [[f32; R]],
 ) {
-    let mut rows = w.chunks_exact(bpr).zip(out.iter_mut());
     if R == 1 {
-        // Four weight rows at a time where there are four (see `four_rows`).
-        let quads = w.len() / bpr / 4;
-        for _ in 0..quads {
-            let ((r0, o0), (r1, o1)) = (rows.next().unwrap(), rows.next().unwrap());
-            let ((r2, o2), (r3, o3)) = (rows.next().unwrap(), rows.next().unwrap());
-            let dots = four_rows([r0, r1, r2, r3], xs[0]);
-            (o0[0], o1[0], o2[0], o3[0]) = (dots[0], dots[1], dots[2], dots[3]);
+        for (row, o) in w.chunks_exact(bpr).zip(out.iter_mut()) {
+            o[0] = row_dot(row, xs[0]);
         }
+        return;
     }
-    for (row, o) in rows {
+    for (row, o) in w.chunks_exact(bpr).zip(out.iter_mut()) {
         let mut acc = [0.0f32; R];
         for (i, b) in row.iter().enumerate() {
             prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
@@ -108,30 +103,34 @@ fn rows_impl<B: KAvx512, const R: usize>(
     }
 }
 
-/// One activation row times four weight rows. The horizontal sums cost about as much as the
-/// products, so the four rows' super-block integers are reduced together, and their float
-/// steps run as four lanes: lane `k` takes exactly `k_accumulate`'s operations for row `k`,
-/// super-block after super-block, so each row's result is the one-row path's.
+/// One weight row times one activation row (decode). The horizontal sums cost about as much
+/// as the products, so four super-blocks' integers are reduced together and their float
+/// terms computed as four lanes, each lane `k_accumulate`'s operations for its super-block;
+/// the terms are then added to the row's sum one at a time, in order, as `k_accumulate`
+/// does. (Four weight rows side by side, reduced the same way, computed faster from cache
+/// but read memory as four streams per thread: the 4B shape's head fell from ~40 to ~30 GB/s.)
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn four_rows<B: KAvx512>(rows: [&[B]; 4], x: &[BlockQ8K]) -> [f32; 4] {
-    let mut acc = _mm_setzero_ps();
-    for (i, x) in x.iter().enumerate().take(rows[0].len()) {
+fn row_dot<B: KAvx512>(row: &[B], x: &[BlockQ8K]) -> f32 {
+    let mut acc = 0.0f32;
+    for (blocks, xs) in row.chunks(4).zip(x.chunks(4)) {
         let mut z = [_mm512_setzero_si512(); 4];
         let mut dd = [_mm_setzero_ps(); 4];
-        for k in 0..4 {
-            let b = &rows[k][i];
+        let mut dx = [0.0f32; 4];
+        for (k, (b, x)) in blocks.iter().zip(xs).enumerate() {
             prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
             // SAFETY: the features `decode512` needs are enabled in this function.
             let dec = unsafe { b.decode512() };
             z[k] = block_vector(&dec, x);
             dd[k] = dec.dd;
+            dx[k] = x.d;
         }
         let (raw, bias) = reduce4(z);
-        // Lanes: d of each row, then dmin of each row.
+        // Lanes: d of each super-block, then dmin of each.
         let (d01, d23) = (_mm_unpacklo_ps(dd[0], dd[1]), _mm_unpacklo_ps(dd[2], dd[3]));
         let (d, dmin) = (_mm_movelh_ps(d01, d23), _mm_movehl_ps(d23, d01));
-        let dx = _mm_set1_ps(x.d);
+        // SAFETY: 16 readable bytes.
+        let dx = unsafe { _mm_loadu_ps(dx.as_ptr()) };
         let t = if B::HAS_MIN {
             _mm_sub_ps(
                 _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(raw)),
@@ -141,12 +140,14 @@ fn four_rows<B: KAvx512>(rows: [&[B]; 4], x: &[BlockQ8K]) -> [f32; 4] {
             let sumi = _mm_sub_epi32(raw, _mm_mullo_epi32(bias, _mm_set1_epi32(B::Q_OFFSET)));
             _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(sumi))
         };
-        acc = _mm_add_ps(acc, t);
+        let mut terms = [0.0f32; 4];
+        // SAFETY: 16 writable bytes.
+        unsafe { _mm_storeu_ps(terms.as_mut_ptr(), t) };
+        for &t in &terms[..blocks.len()] {
+            acc += t;
+        }
     }
-    let mut out = [0.0f32; 4];
-    // SAFETY: 16 writable bytes.
-    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
-    out
+    acc
 }
 
 /// Four vectors' sums: `(Σ low half of z[k], Σ high half of z[k])` for k = 0..4, as lanes.
