@@ -10,6 +10,12 @@
 //! (`k_accumulate`) sees the same inputs as the scalar kernel.
 //!
 //! `maddubs` saturates at i16: the largest pair is 2*63*127 (Q6_K), which fits.
+//!
+//! Each format writes only [`KAvx2::block`] (one super-block's lane vectors); the loops, the
+//! horizontal sums and the float step are shared, here and by `kquants_avx512`. At one
+//! activation row (decode) four super-blocks are summed together and their float terms
+//! computed as four lanes, then added one at a time in order ([`row_dot`]): the horizontal
+//! sums cost about as much as the products on AVX-512 (on AVX2 it is level, within 2 %).
 
 use crate::block::prefetch_ahead;
 use crate::kquants::{
@@ -20,26 +26,133 @@ use std::arch::x86_64::*;
 
 /// A K format with an AVX2 kernel.
 pub trait KAvx2: KQuant {
-    /// The kernel body; callers checked that every `xs[r]` covers `w`.
+    /// One super-block times `R` activation blocks: per row two vectors whose lanes sum to
+    /// `Σ_g sc_g Σ u x` and `Σ_g b_g bsum_g` (the mins, or the scales of a signed format's
+    /// offset), and `d`, `dmin` in f32 lanes 0 and 1 (`dmin` 0 without mins).
     ///
     /// # Safety
     /// AVX2, FMA and F16C must be available.
-    unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R];
+    unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128);
+}
 
-    /// [`KAvx2::dot_impl`] over consecutive rows, inside one `target_feature` function.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C must be available.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn rows_impl<const R: usize>(
-        w: &[Self],
-        bpr: usize,
-        xs: [&[BlockQ8K]; R],
-        out: &mut [[f32; R]],
-    ) {
-        for (i, row) in w.chunks_exact(bpr).enumerate() {
-            // SAFETY: AVX2 is enabled in this function.
-            out[i] = unsafe { Self::dot_impl(row, xs) };
+/// The super-block's integers from its lane sums: `(sumi, summ)` for `k_accumulate`.
+#[inline(always)]
+fn ints<B: KQuant>(raw: i32, bias: i32) -> (i32, i32) {
+    if B::HAS_MIN {
+        (raw, bias)
+    } else {
+        (raw - B::Q_OFFSET * bias, 0)
+    }
+}
+
+/// `R` dots of one weight row; callers checked that every `xs[r]` covers `w`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_impl<B: KAvx2, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f32; R] {
+    let mut acc = [0.0f32; R];
+    for (i, b) in w.iter().enumerate() {
+        prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
+        let x = units(&xs, i);
+        // SAFETY: AVX2, FMA and F16C are enabled in this function.
+        let (v, dd) = unsafe { b.block(x) };
+        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+        for r in 0..R {
+            let (sumi, summ) = {
+                let (raw, bias) = hsum2_epi32(v[r][0], v[r][1]);
+                ints::<B>(raw, bias)
+            };
+            acc[r] = k_accumulate::<B>(acc[r], d, dmin, x[r].d, sumi, summ);
+        }
+    }
+    acc
+}
+
+/// One weight row times one activation row (decode): four super-blocks' lane sums reduced
+/// together and their float terms computed as four lanes (each `k_accumulate`'s operations),
+/// then added to the row's sum one at a time, in order. Same bits as [`dot_impl`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_dot<B: KAvx2>(row: &[B], x: &[BlockQ8K]) -> f32 {
+    let mut acc = 0.0f32;
+    for (blocks, xs) in row.chunks(4).zip(x.chunks(4)) {
+        let mut v = [_mm256_setzero_si256(); 8];
+        let mut dd = [_mm_setzero_ps(); 4];
+        let mut dx = [0.0f32; 4];
+        for (k, (b, x)) in blocks.iter().zip(xs).enumerate() {
+            prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
+            // SAFETY: AVX2, FMA and F16C are enabled in this function.
+            let (bv, bd) = unsafe { b.block([x]) };
+            (v[k], v[4 + k], dd[k], dx[k]) = (bv[0][0], bv[0][1], bd, x.d);
+        }
+        let (raw, bias) = reduce8(v);
+        let t = k_terms::<B>(dd, dx, raw, bias);
+        let mut terms = [0.0f32; 4];
+        // SAFETY: 16 writable bytes.
+        unsafe { _mm_storeu_ps(terms.as_mut_ptr(), t) };
+        for &t in &terms[..blocks.len()] {
+            acc += t;
+        }
+    }
+    acc
+}
+
+/// Lane sums of eight vectors: `(Σv0, Σv1, Σv2, Σv3)` and `(Σv4, .., Σv7)`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn reduce8(v: [__m256i; 8]) -> (__m128i, __m128i) {
+    // Pairs of lanes, then quads, within each 128-bit half (hadd would cost two shuffles and
+    // an add each).
+    let pair = |a: __m256i, b: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+    };
+    let quad = |a: __m256i, b: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+    };
+    let lo = quad(pair(v[0], v[1]), pair(v[2], v[3]));
+    let hi = quad(pair(v[4], v[5]), pair(v[6], v[7]));
+    (
+        _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)),
+        _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)),
+    )
+}
+
+/// `k_accumulate`'s term for four super-blocks as lanes: `dd[k]` holds block k's `d`, `dmin`;
+/// `dx[k]` its activation scale; `raw`, `bias` its lane sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn k_terms<B: KQuant>(
+    dd: [__m128; 4],
+    dx: [f32; 4],
+    raw: __m128i,
+    bias: __m128i,
+) -> __m128 {
+    let (d01, d23) = (_mm_unpacklo_ps(dd[0], dd[1]), _mm_unpacklo_ps(dd[2], dd[3]));
+    let (d, dmin) = (_mm_movelh_ps(d01, d23), _mm_movehl_ps(d23, d01));
+    // SAFETY: 16 readable bytes.
+    let dx = unsafe { _mm_loadu_ps(dx.as_ptr()) };
+    if B::HAS_MIN {
+        _mm_sub_ps(
+            _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(raw)),
+            _mm_mul_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(bias)),
+        )
+    } else {
+        let sumi = _mm_sub_epi32(raw, _mm_mullo_epi32(bias, _mm_set1_epi32(B::Q_OFFSET)));
+        _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(sumi))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows_impl<B: KAvx2, const R: usize>(
+    w: &[B],
+    bpr: usize,
+    xs: [&[BlockQ8K]; R],
+    out: &mut [[f32; R]],
+) {
+    for (row, o) in w.chunks_exact(bpr).zip(out.iter_mut()) {
+        if R == 1 {
+            o[0] = row_dot(row, xs[0]);
+        } else {
+            *o = dot_impl(row, xs);
         }
     }
 }
@@ -59,7 +172,7 @@ pub unsafe fn dot_rows<B: KAvx2, const R: usize>(
         assert!(x.len() >= bpr, "activation row too short");
     }
     // SAFETY: forwarded from the caller.
-    unsafe { B::rows_impl(w, bpr, xs, out) }
+    unsafe { rows_impl(w, bpr, xs, out) }
 }
 
 /// `R` rows of `dot(w, xs[r])`.
@@ -72,7 +185,7 @@ pub unsafe fn dot<B: KAvx2, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f
         assert!(x.len() >= w.len(), "activation row too short");
     }
     // SAFETY: forwarded from the caller.
-    unsafe { B::dot_impl(w, xs) }
+    unsafe { dot_impl(w, xs) }
 }
 
 /// Super-block `i` of each activation row. (A loop in a function with the kernels' target
@@ -175,16 +288,6 @@ const fn pair_ctrl_table() -> [[[u8; 32]; 8]; 8] {
         a += 1;
     }
     t
-}
-
-/// Two f16 values (little-endian, adjacent) as f32.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-pub(crate) fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
-        a[0], a[1], b[0], b[1],
-    ])));
-    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
 /// `v >> bits` in 16-bit lanes with an immediate shift (`bits` is a constant once the
@@ -302,75 +405,72 @@ fn scales_k4(v: __m128i) -> (Scales16, __m256i) {
     )
 }
 
-/// `(d, dmin)` from [`k4_head`]'s float lanes.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn d_dmin(v: __m128) -> (f32, f32) {
-    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-}
-
 impl KAvx2 for BlockQ4K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128) {
         let m4 = _mm256_set1_epi8(0x0F);
-        let mut acc = [0.0f32; R];
-        for (i, b) in w.iter().enumerate() {
-            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            let (packed, dd) = k4_head(b.head());
-            let (sc, mins) = scales_k4(packed);
-            let x = units(&xs, i);
-            let mut ai = [_mm256_setzero_si256(); R];
-            for j in 0..4 {
-                let q = load32u(&b.qs[32 * j..]);
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
-                accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
-            }
-            let (d, dmin) = d_dmin(dd);
-            for r in 0..R {
-                let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
-                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
-            }
+        let (packed, dd) = k4_head(self.head());
+        let (sc, mins) = scales_k4(packed);
+        let mut ai = [_mm256_setzero_si256(); R];
+        for j in 0..4 {
+            let q = load32u(&self.qs[32 * j..]);
+            let lo = _mm256_and_si256(q, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
+            accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
         }
-        acc
+        (with_bias(ai, &x, mins), dd)
     }
 }
 
 impl KAvx2 for BlockQ5K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128) {
         let m4 = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
-        let mut acc = [0.0f32; R];
-        for (i, b) in w.iter().enumerate() {
-            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            let (packed, dd) = k4_head(b.head());
-            let (sc, mins) = scales_k4(packed);
-            let x = units(&xs, i);
-            let qh = load32u(&b.qh);
-            let mut ai = [_mm256_setzero_si256(); R];
-            for j in 0..4 {
-                let q = load32u(&b.qs[32 * j..]);
-                // Bit 2j of qh[l] is the fifth bit of value 64j + l, bit 2j+1 of 64j + 32 + l;
-                // moved to bit 4 of the same byte.
-                let h_lo = _mm256_and_si256(bit_to_4(qh, 2 * j), bit4);
-                let h_hi = _mm256_and_si256(bit_to_4(qh, 2 * j + 1), bit4);
-                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), h_lo);
-                let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h_hi);
-                accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
-                accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
-            }
-            let (d, dmin) = d_dmin(dd);
-            for r in 0..R {
-                let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
-                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
-            }
+        let (packed, dd) = k4_head(self.head());
+        let (sc, mins) = scales_k4(packed);
+        let qh = load32u(&self.qh);
+        let mut ai = [_mm256_setzero_si256(); R];
+        for j in 0..4 {
+            let q = load32u(&self.qs[32 * j..]);
+            // Bit 2j of qh[l] is the fifth bit of value 64j + l, bit 2j+1 of 64j + 32 + l;
+            // moved to bit 4 of the same byte.
+            let h_lo = _mm256_and_si256(bit_to_4(qh, 2 * j), bit4);
+            let h_hi = _mm256_and_si256(bit_to_4(qh, 2 * j + 1), bit4);
+            let lo = _mm256_or_si256(_mm256_and_si256(q, m4), h_lo);
+            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h_hi);
+            accumulate(&mut ai, lo, sc.pair(2 * j, 2 * j), &x, 64 * j);
+            accumulate(&mut ai, hi, sc.pair(2 * j + 1, 2 * j + 1), &x, 64 * j + 32);
         }
-        acc
+        (with_bias(ai, &x, mins), dd)
     }
+}
+
+/// Pairs each row's sum vector with `madd(bsums, b)`, the bias term's.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn with_bias<const R: usize>(
+    ai: [__m256i; R],
+    x: &[&BlockQ8K; R],
+    b: __m256i,
+) -> [[__m256i; 2]; R] {
+    let mut v = [[_mm256_setzero_si256(); 2]; R];
+    for r in 0..R {
+        v[r] = [ai[r], _mm256_madd_epi16(load_bsums(x[r]), b)];
+    }
+    v
+}
+
+/// `d` (and `dmin`, if any) as f32 lanes 0 and 1.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) fn dd_lanes(d: [u8; 2], dmin: [u8; 2]) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+        d[0], d[1], dmin[0], dmin[1],
+    ])))
 }
 
 /// Q6_K values `128n .. 128n + 128` as four vectors of 32 unsigned bytes (0..63), in order.
@@ -405,101 +505,70 @@ pub(crate) fn q6k_values(b: &BlockQ6K, n: usize) -> [__m256i; 4] {
 impl KAvx2 for BlockQ6K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
-        let mut acc = [0.0f32; R];
-        for (i, b) in w.iter().enumerate() {
-            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            // SAFETY: 16 readable bytes.
-            let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
-            let sc = Scales16::new(sc16);
-            let x = units(&xs, i);
-            let mut ai = [_mm256_setzero_si256(); R];
-            for n in 0..2 {
-                let q = q6k_values(b, n);
-                for (k, &qk) in q.iter().enumerate() {
-                    let g = 8 * n + 2 * k;
-                    accumulate(&mut ai, qk, sc.pair(g, g + 1), &x, 128 * n + 32 * k);
-                }
-            }
-            let d = f16_pair(b.d, [0, 0]).0;
-            for r in 0..R {
-                let (raw, corr) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), sc16));
-                acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, raw - 32 * corr, 0);
+    unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128) {
+        // SAFETY: 16 readable bytes.
+        let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(self.scales.as_ptr().cast()) });
+        let sc = Scales16::new(sc16);
+        let mut ai = [_mm256_setzero_si256(); R];
+        for n in 0..2 {
+            let q = q6k_values(self, n);
+            for (k, &qk) in q.iter().enumerate() {
+                let g = 8 * n + 2 * k;
+                accumulate(&mut ai, qk, sc.pair(g, g + 1), &x, 128 * n + 32 * k);
             }
         }
-        acc
+        (with_bias(ai, &x, sc16), dd_lanes(self.d, [0, 0]))
     }
 }
 
 impl KAvx2 for BlockQ2K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128) {
         let m3 = _mm256_set1_epi8(3);
-        let mut acc = [0.0f32; R];
-        for (i, b) in w.iter().enumerate() {
-            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            // SAFETY: 16 readable bytes.
-            let raw = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
-            let sc = Scales16::new(_mm256_cvtepu8_epi16(_mm_and_si128(
-                raw,
-                _mm_set1_epi8(0x0F),
-            )));
-            let mins =
-                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
-            let x = units(&xs, i);
-            let mut ai = [_mm256_setzero_si256(); R];
-            for n in 0..2 {
-                let qb = load32u(&b.qs[32 * n..]);
-                for j in 0..4 {
-                    let q = _mm256_and_si256(shift_right(qb, 2 * j), m3);
-                    let g = 8 * n + 2 * j;
-                    accumulate(&mut ai, q, sc.pair(g, g + 1), &x, 128 * n + 32 * j);
-                }
-            }
-            let (d, dmin) = f16_pair(b.d, b.dmin);
-            for r in 0..R {
-                let (sumi, summ) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), mins));
-                acc[r] = k_accumulate::<Self>(acc[r], d, dmin, x[r].d, sumi, summ);
+        // SAFETY: 16 readable bytes.
+        let raw = unsafe { _mm_loadu_si128(self.scales.as_ptr().cast()) };
+        let sc = Scales16::new(_mm256_cvtepu8_epi16(_mm_and_si128(
+            raw,
+            _mm_set1_epi8(0x0F),
+        )));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+        let mut ai = [_mm256_setzero_si256(); R];
+        for n in 0..2 {
+            let qb = load32u(&self.qs[32 * n..]);
+            for j in 0..4 {
+                let q = _mm256_and_si256(shift_right(qb, 2 * j), m3);
+                let g = 8 * n + 2 * j;
+                accumulate(&mut ai, q, sc.pair(g, g + 1), &x, 128 * n + 32 * j);
             }
         }
-        acc
+        (with_bias(ai, &x, mins), dd_lanes(self.d, self.dmin))
     }
 }
 
 impl KAvx2 for BlockQ3K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_impl<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128) {
         let m3 = _mm256_set1_epi8(3);
         let one = _mm256_set1_epi8(1);
-        let mut acc = [0.0f32; R];
-        for (i, b) in w.iter().enumerate() {
-            prefetch_ahead((b as *const Self).cast::<u8>(), size_of::<Self>());
-            let scales = unpack_scales_q3k(&b.scales);
-            // SAFETY: 16 readable bytes.
-            let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
-            let sc = Scales16::new(sc16);
-            let x = units(&xs, i);
-            let hm = load32u(&b.hmask);
-            let mut ai = [_mm256_setzero_si256(); R];
-            for n in 0..2 {
-                let qb = load32u(&b.qs[32 * n..]);
-                for j in 0..4 {
-                    let low = _mm256_and_si256(shift_right(qb, 2 * j), m3);
-                    let high = _mm256_and_si256(shift_right(hm, 4 * n + j), one);
-                    let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
-                    let g = 8 * n + 2 * j;
-                    accumulate(&mut ai, q, sc.pair(g, g + 1), &x, 128 * n + 32 * j);
-                }
-            }
-            let d = f16_pair(b.d, [0, 0]).0;
-            for r in 0..R {
-                let (raw, corr) = hsum2_epi32(ai[r], _mm256_madd_epi16(load_bsums(x[r]), sc16));
-                acc[r] = k_accumulate::<Self>(acc[r], d, 0.0, x[r].d, raw - 4 * corr, 0);
+        let scales = unpack_scales_q3k(&self.scales);
+        // SAFETY: 16 readable bytes.
+        let sc16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(scales.as_ptr().cast()) });
+        let sc = Scales16::new(sc16);
+        let hm = load32u(&self.hmask);
+        let mut ai = [_mm256_setzero_si256(); R];
+        for n in 0..2 {
+            let qb = load32u(&self.qs[32 * n..]);
+            for j in 0..4 {
+                let low = _mm256_and_si256(shift_right(qb, 2 * j), m3);
+                let high = _mm256_and_si256(shift_right(hm, 4 * n + j), one);
+                let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+                let g = 8 * n + 2 * j;
+                accumulate(&mut ai, q, sc.pair(g, g + 1), &x, 128 * n + 32 * j);
             }
         }
-        acc
+        (with_bias(ai, &x, sc16), dd_lanes(self.d, [0, 0]))
     }
 }
 

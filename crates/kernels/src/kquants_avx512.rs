@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 
 use crate::block::prefetch_ahead;
 use crate::kquants::{k_accumulate, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant};
-use crate::kquants_avx2::{f16_pair, hsum2_epi32, k4_head, K4Head};
+use crate::kquants_avx2::{dd_lanes, hsum2_epi32, k4_head, k_terms, K4Head};
 
 /// One super-block decoded for the kernel.
 #[derive(Clone, Copy)]
@@ -126,20 +126,7 @@ fn row_dot<B: KAvx512>(row: &[B], x: &[BlockQ8K]) -> f32 {
             dx[k] = x.d;
         }
         let (raw, bias) = reduce4(z);
-        // Lanes: d of each super-block, then dmin of each.
-        let (d01, d23) = (_mm_unpacklo_ps(dd[0], dd[1]), _mm_unpacklo_ps(dd[2], dd[3]));
-        let (d, dmin) = (_mm_movelh_ps(d01, d23), _mm_movehl_ps(d23, d01));
-        // SAFETY: 16 readable bytes.
-        let dx = unsafe { _mm_loadu_ps(dx.as_ptr()) };
-        let t = if B::HAS_MIN {
-            _mm_sub_ps(
-                _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(raw)),
-                _mm_mul_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(bias)),
-            )
-        } else {
-            let sumi = _mm_sub_epi32(raw, _mm_mullo_epi32(bias, _mm_set1_epi32(B::Q_OFFSET)));
-            _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(sumi))
-        };
+        let t = k_terms::<B>(dd, dx, raw, bias);
         let mut terms = [0.0f32; 4];
         // SAFETY: 16 writable bytes.
         unsafe { _mm_storeu_ps(terms.as_mut_ptr(), t) };
@@ -356,7 +343,7 @@ impl KAvx512 for BlockQ6K {
             q: [q0, q1, q2, q3],
             sc: scale_vectors(s16, &Q6K_SC),
             bias: s16,
-            dd: _mm_set_ss(f16_pair(self.d, [0, 0]).0),
+            dd: dd_lanes(self.d, [0, 0]),
         }
     }
 }
