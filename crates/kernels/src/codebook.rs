@@ -36,7 +36,7 @@ pub const IQ4_TABLE: [i8; 16] = [
 /// MXFP4's 16 values, doubled to integers (E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives).
 pub const MXFP4_TABLE: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
-/// IQ4_NL: value = d * IQ4_TABLE[q].
+/// IQ4_NL: value = `d * IQ4_TABLE[q]`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BlockIq4Nl {
@@ -45,7 +45,7 @@ pub struct BlockIq4Nl {
 }
 const _: () = assert!(std::mem::size_of::<BlockIq4Nl>() == 18);
 
-/// MXFP4: value = 2^(e - 128) * MXFP4_TABLE[q].
+/// MXFP4: value = `2^(e - 128) * MXFP4_TABLE[q]`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BlockMxfp4 {
