@@ -27,8 +27,9 @@
 //!   `iquants` (+ `iq_grids`): the lattice and ternary types IQ1_S … IQ3_S, TQ1_0, TQ2_0;
 //!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once);
 //!   `gemm16`: the same on AVX-512 (sixteen rows, 512-bit `vpdpbusd`).
-//! - `kquants` (+ `kquants_avx2`): Q2_K … Q6_K and [`BlockQ8K`]; `kgemm`: the same formats for
-//!   many activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
+//! - `kquants` (+ `kquants_avx2`, and `kquants_avx512` for Q4_K/Q5_K/Q6_K): Q2_K … Q6_K and
+//!   [`BlockQ8K`] at a few activation rows (decode); `kgemm`: the same formats for many
+//!   activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
 //! - `rows8`: [`Q8Rows8`], a Q8_0 matrix repacked eight rows at a time (the output head).
@@ -37,7 +38,8 @@
 //!   the [`Isa`] has it (`FERROX_ISA=avx2` forces the AVX2 spelling).
 //!
 //! # Scalar vs SIMD
-//! Every weight type has a portable `dot_scalar` and an AVX2 `dot_avx2`; the lane-major paths
+//! Every weight type has a portable `dot_scalar` and an AVX2 `dot_avx2` (the K-quants of the
+//! Q4_K_M / Q5_K_M mixes also an AVX-512 row kernel, `dot_avx512_rows`); the lane-major paths
 //! (`gemm8` + `gemm16`, `kgemm`) have AVX2, AVX-VNNI and AVX-512 entries. For the
 //! quantized types they are all bit-identical (integer dot products are exact and both paths apply the
 //! same float operations in the same order; see `legacy` and `kquants`). For F32/F16/BF16
@@ -67,6 +69,10 @@
 //! | q4_0 (row-major / `gemm8`) | 1.82 | 1.27 | 1.30 / 1.13 | |
 //! | q4_K | 1.55 | 0.80 | 0.80 | |
 //! | q6_K | 1.63 | 0.90 | 0.64 | |
+//!
+//! The K-quants at n = 1 on that AVX-512 host (512 × 2048 from cache, 2026-12-03): `avx2`
+//! q4_K 0.78, q6_K 0.80–0.86; `kquants_avx512` 0.50–0.55 and 0.49–0.56, which from memory
+//! reads at the machine's plain-read bandwidth (two threads, ~42 GB/s).
 //!
 //! The K-quants from eight rows on (`kgemm`), re-measured on an AMD EPYC with AVX-512 VNNI
 //! (2026-12-02), q4_K 64 × 2048, row-major 0.44 at every n: n = 16 / 64 — `avx512` 0.20 /
