@@ -85,13 +85,7 @@ fn row_dot<B: KAvx2>(row: &[B], x: &[BlockQ8K]) -> f32 {
             (v[k], v[4 + k], dd[k], dx[k]) = (bv[0][0], bv[0][1], bd, x.d);
         }
         let (raw, bias) = reduce8(v);
-        let t = k_terms::<B>(dd, dx, raw, bias);
-        let mut terms = [0.0f32; 4];
-        // SAFETY: 16 writable bytes.
-        unsafe { _mm_storeu_ps(terms.as_mut_ptr(), t) };
-        for &t in &terms[..blocks.len()] {
-            acc += t;
-        }
+        acc = k_step4::<B>(acc, blocks.len(), dd, dx, raw, bias);
     }
     acc
 }
@@ -116,16 +110,32 @@ fn reduce8(v: [__m256i; 8]) -> (__m128i, __m128i) {
     )
 }
 
-/// `k_accumulate`'s term for four super-blocks as lanes: `dd[k]` holds block k's `d`, `dmin`;
-/// `dx[k]` its activation scale; `raw`, `bias` its lane sums.
+/// `k_accumulate` for the first `count` of four super-blocks: their terms computed as lanes
+/// (`dd[k]` holds block k's `d`, `dmin`; `dx[k]` its activation scale; `raw`, `bias` its lane
+/// sums), then added to `acc` one at a time, in order, as `k_accumulate` adds them.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn k_terms<B: KQuant>(
+pub(crate) fn k_step4<B: KQuant>(
+    mut acc: f32,
+    count: usize,
     dd: [__m128; 4],
     dx: [f32; 4],
     raw: __m128i,
     bias: __m128i,
-) -> __m128 {
+) -> f32 {
+    let mut terms = [0.0f32; 4];
+    // SAFETY: 16 writable bytes.
+    unsafe { _mm_storeu_ps(terms.as_mut_ptr(), k_terms::<B>(dd, dx, raw, bias)) };
+    for &t in &terms[..count] {
+        acc += t;
+    }
+    acc
+}
+
+/// `k_accumulate`'s term for four super-blocks as lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_terms<B: KQuant>(dd: [__m128; 4], dx: [f32; 4], raw: __m128i, bias: __m128i) -> __m128 {
     let (d01, d23) = (_mm_unpacklo_ps(dd[0], dd[1]), _mm_unpacklo_ps(dd[2], dd[3]));
     let (d, dmin) = (_mm_movelh_ps(d01, d23), _mm_movehl_ps(d23, d01));
     // SAFETY: 16 readable bytes.

@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 
 use crate::block::prefetch_ahead;
 use crate::kquants::{k_accumulate, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant};
-use crate::kquants_avx2::{dd_lanes, hsum2_epi32, k4_head, k_terms, K4Head};
+use crate::kquants_avx2::{dd_lanes, hsum2_epi32, k4_head, k_step4, K4Head};
 
 /// One super-block decoded for the kernel.
 #[derive(Clone, Copy)]
@@ -126,13 +126,7 @@ fn row_dot<B: KAvx512>(row: &[B], x: &[BlockQ8K]) -> f32 {
             dx[k] = x.d;
         }
         let (raw, bias) = reduce4(z);
-        let t = k_terms::<B>(dd, dx, raw, bias);
-        let mut terms = [0.0f32; 4];
-        // SAFETY: 16 writable bytes.
-        unsafe { _mm_storeu_ps(terms.as_mut_ptr(), t) };
-        for &t in &terms[..blocks.len()] {
-            acc += t;
-        }
+        acc = k_step4::<B>(acc, blocks.len(), dd, dx, raw, bias);
     }
     acc
 }
