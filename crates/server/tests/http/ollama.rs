@@ -574,7 +574,7 @@ async fn a_pull_by_name_fetches_registers_and_serves_the_model() {
     let (status, v) = s
         .post(
             "/api/chat",
-            json!({"model": name, "stream": false, "options": {"num_predict": 3},
+            json!({"model": name, "stream": false, "options": {"temperature": 0, "num_predict": 3},
                    "messages": [{"role": "user", "content": "hi"}]}),
         )
         .await;
