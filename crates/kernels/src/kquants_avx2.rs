@@ -35,14 +35,19 @@ pub trait KAvx2: KQuant {
     unsafe fn block<const R: usize>(&self, x: [&BlockQ8K; R]) -> ([[__m256i; 2]; R], __m128);
 }
 
-/// The super-block's integers from its lane sums: `(sumi, summ)` for `k_accumulate`.
-#[inline(always)]
-fn ints<B: KQuant>(raw: i32, bias: i32) -> (i32, i32) {
-    if B::HAS_MIN {
+/// `k_accumulate` for one super-block and activation row from its two lane-sum vectors
+/// (`Σ_g sc_g Σ u x` and `Σ_g b_g bsum_g`) and `d`, `dmin` in lanes 0 and 1 of `dd`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn k_step<B: KQuant>(acc: f32, dd: __m128, dx: f32, v: __m256i, b: __m256i) -> f32 {
+    let (raw, bias) = hsum2_epi32(v, b);
+    let (sumi, summ) = if B::HAS_MIN {
         (raw, bias)
     } else {
         (raw - B::Q_OFFSET * bias, 0)
-    }
+    };
+    let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+    k_accumulate::<B>(acc, d, dmin, dx, sumi, summ)
 }
 
 /// `R` dots of one weight row; callers checked that every `xs[r]` covers `w`.
@@ -55,13 +60,8 @@ fn dot_impl<B: KAvx2, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f32; R]
         let x = units(&xs, i);
         // SAFETY: AVX2, FMA and F16C are enabled in this function.
         let (v, dd) = unsafe { b.block(x) };
-        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         for r in 0..R {
-            let (sumi, summ) = {
-                let (raw, bias) = hsum2_epi32(v[r][0], v[r][1]);
-                ints::<B>(raw, bias)
-            };
-            acc[r] = k_accumulate::<B>(acc[r], d, dmin, x[r].d, sumi, summ);
+            acc[r] = k_step::<B>(acc[r], dd, x[r].d, v[r][0], v[r][1]);
         }
     }
     acc
@@ -215,7 +215,7 @@ fn units<'a, const R: usize>(xs: &[&'a [BlockQ8K]; R], i: usize) -> [&'a BlockQ8
 /// kernel's time).
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(crate) fn hsum2_epi32(a: __m256i, b: __m256i) -> (i32, i32) {
+fn hsum2_epi32(a: __m256i, b: __m256i) -> (i32, i32) {
     // Per 128-bit half: a0+a2, a1+a3, b0+b2, b1+b3.
     let u = _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
     // a0+a2, b0+b2, a1+a3, b1+b3; then lanes 0-1 plus lanes 2-3.

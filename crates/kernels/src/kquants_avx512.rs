@@ -20,8 +20,8 @@
 use std::arch::x86_64::*;
 
 use crate::block::prefetch_ahead;
-use crate::kquants::{k_accumulate, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant};
-use crate::kquants_avx2::{dd_lanes, hsum2_epi32, k4_head, k_step4, K4Head};
+use crate::kquants::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant};
+use crate::kquants_avx2::{dd_lanes, k4_head, k_step, k_step4, K4Head};
 
 /// One super-block decoded for the kernel.
 #[derive(Clone, Copy)]
@@ -82,21 +82,11 @@ fn rows_impl<B: KAvx512, const R: usize>(
             prefetch_ahead((b as *const B).cast::<u8>(), size_of::<B>());
             // SAFETY: the features `decode512` needs are enabled in this function.
             let dec = unsafe { b.decode512() };
-            let (d, dmin) = (
-                _mm_cvtss_f32(dec.dd),
-                _mm_cvtss_f32(_mm_movehdup_ps(dec.dd)),
-            );
             for (a, x) in acc.iter_mut().zip(&xs) {
                 let x = &x[i];
                 let z = block_vector(&dec, x);
-                let (raw, bias) =
-                    hsum2_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64(z, 1));
-                let (sumi, summ) = if B::HAS_MIN {
-                    (raw, bias)
-                } else {
-                    (raw - B::Q_OFFSET * bias, 0)
-                };
-                *a = k_accumulate::<B>(*a, d, dmin, x.d, sumi, summ);
+                let (lo, hi) = (_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64(z, 1));
+                *a = k_step::<B>(*a, dec.dd, x.d, lo, hi);
             }
         }
         *o = acc;
@@ -235,38 +225,33 @@ fn scale_vectors(s16: __m256i, ctrl: &[[u16; 32]; 4]) -> [__m512i; 4] {
     [perm(0), perm(1), perm(2), perm(3)]
 }
 
-/// Q4_K/Q5_K: the scale vectors, the mins as 16 i16 lanes (each twice: one per 16-value
-/// activation group), and `d`, `dmin` in lanes 0 and 1.
+/// Q4_K/Q5_K decoded: chunk `c` holds the low nibbles of `qs[32c..32c+32]` (values
+/// `64c..64c+32`), then their high nibbles (`64c+32..64c+64`), OR'd with `high[c]` (Q5_K's
+/// fifth bits; zero for Q4_K); the scale vectors, the mins as 16 i16 lanes (each twice: one
+/// per 16-value activation group), and `d`, `dmin` in lanes 0 and 1.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw")]
-fn head_k4<B: K4Head>(b: &B) -> ([__m512i; 4], __m256i, __m128) {
+fn decode_k4<B: K4Head>(b: &B, qs: &[u8; 128], high: [__m512i; 4]) -> Decoded512 {
     let (v, dd) = k4_head(b.head());
     let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    (
-        scale_vectors(_mm256_cvtepu8_epi16(v), &Q4K_SC),
-        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)),
+    let (m4, nib) = (_mm512_set1_epi8(0x0F), halves(0, 4));
+    let q = |c: usize| {
+        let low = _mm512_and_si512(_mm512_srlv_epi16(broadcast32(&qs[32 * c..]), nib), m4);
+        _mm512_or_si512(low, high[c])
+    };
+    Decoded512 {
+        q: [q(0), q(1), q(2), q(3)],
+        sc: scale_vectors(_mm256_cvtepu8_epi16(v), &Q4K_SC),
+        bias: _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup)),
         dd,
-    )
+    }
 }
 
 impl KAvx512 for BlockQ4K {
     #[inline]
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
     unsafe fn decode512(&self) -> Decoded512 {
-        let m4 = _mm512_set1_epi8(0x0F);
-        // Chunk c: the low nibbles of qs[32c..32c+32] (values 64c..64c+32), then their high
-        // nibbles (64c+32..64c+64).
-        let nib = halves(0, 4);
-        let q = |c: usize| {
-            _mm512_and_si512(_mm512_srlv_epi16(broadcast32(&self.qs[32 * c..]), nib), m4)
-        };
-        let (sc, bias, dd) = head_k4(self);
-        Decoded512 {
-            q: [q(0), q(1), q(2), q(3)],
-            sc,
-            bias,
-            dd,
-        }
+        decode_k4(self, &self.qs, [_mm512_setzero_si512(); 4])
     }
 }
 
@@ -288,21 +273,10 @@ impl KAvx512 for BlockQ5K {
     #[inline]
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl")]
     unsafe fn decode512(&self) -> Decoded512 {
-        let m4 = _mm512_set1_epi8(0x0F);
         let bit4 = _mm512_set1_epi8(0x10);
-        let nib = halves(0, 4);
         let qh = broadcast32(&self.qh);
-        let q = |c: usize| {
-            let low = _mm512_and_si512(_mm512_srlv_epi16(broadcast32(&self.qs[32 * c..]), nib), m4);
-            _mm512_or_si512(low, _mm512_and_si512(q5_high(qh, c), bit4))
-        };
-        let (sc, bias, dd) = head_k4(self);
-        Decoded512 {
-            q: [q(0), q(1), q(2), q(3)],
-            sc,
-            bias,
-            dd,
-        }
+        let high = |c: usize| _mm512_and_si512(q5_high(qh, c), bit4);
+        decode_k4(self, &self.qs, [high(0), high(1), high(2), high(3)])
     }
 }
 
