@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use ferrox_gguf::GgmlType;
 use ferrox_gguf::GgufFile;
-use ferrox_kernels::{matmul, matmul_acts, ActKind, Activations, Q8Rows8, ThreadPool};
+use ferrox_kernels::{ActKind, Activations, Q8Rows8, ThreadPool};
 
 use crate::attention::{attend, AttnShape, Query};
 use crate::config::{Activation, ModelConfig, QkNorm};
@@ -126,7 +126,9 @@ impl Model {
         let body = if config.arch.is_encoder() {
             Body::Encoder(EncoderWeights::bind(&file, &config)?)
         } else {
-            Body::Decoder(Weights::bind(&file, &config)?)
+            let mut weights = Weights::bind(&file, &config)?;
+            weights.repack(&file);
+            Body::Decoder(weights)
         };
         let tokenizer = Tokenizer::from_gguf(&file)?;
         // The tokenizer holds its own copy of the vocabulary; the parsed arrays would cost
@@ -499,7 +501,7 @@ impl Model {
     }
 
     fn matmul(&self, w: &Matrix, x: &[f32], n: usize, out: &mut [f32]) {
-        matmul(&self.pool, &w.view(&self.file), x, n, out);
+        w.matmul(&self.pool, &self.file, x, n, out);
     }
 
     /// `out_i = W_i · x` for matrices that read the same input (Q/K/V, gate/up): where their
@@ -521,7 +523,7 @@ impl Model {
         }
         acts.quantize(&self.pool, jobs[0].0.ty, x, n, jobs[0].0.cols);
         for (w, out) in jobs {
-            matmul_acts(&self.pool, &w.view(&self.file), acts, out);
+            w.matmul_acts(&self.pool, &self.file, acts, out);
         }
     }
 

@@ -1,10 +1,16 @@
 //! The model's tensors, bound by name and checked against the config at load.
 //!
 //! Weights stay in the memory-mapped file: a [`Matrix`] records where its bytes are, and the
-//! forward pass borrows them per call. Only the small F32 norm vectors are copied out.
+//! forward pass borrows them per call. Only the small F32 norm vectors are copied out, and,
+//! on AVX-512 hosts, the Q4_K matrices of the decoder's layers and head, repacked
+//! sixteen rows at a time ([`Weights::repack`]; `ferrox_kernels::KRows16`): a layout the
+//! kernel multiplies ~3x faster from cache. Their file pages are released as they are copied, so
+//! the model stays resident once.
 
 use ferrox_gguf::{GgmlType, GgufFile, TensorInfo};
-use ferrox_kernels::QMatrix;
+use std::sync::Arc;
+
+use ferrox_kernels::{Activations, Isa, KRows16, QMatrix, ThreadPool};
 
 use crate::config::{Arch, ModelConfig, QkNorm};
 use crate::error::EngineError;
@@ -23,6 +29,9 @@ pub struct Matrix {
     /// Where this matrix starts in its tensor: a part of a fused tensor (Phi-3's `attn_qkv`,
     /// its gate+up `ffn_up`) is a run of the tensor's rows.
     first_row: usize,
+    /// The matrix repacked for the lane-major K kernels, once [`Matrix::repack`] made it;
+    /// the file's bytes are then read only by code that wants single rows.
+    packed: Option<Arc<KRows16>>,
 }
 
 impl Matrix {
@@ -38,6 +47,44 @@ impl Matrix {
         }
     }
 
+    /// `out = W x` for `n` rows of `x` (the same bits whichever layout holds the matrix).
+    pub fn matmul(&self, pool: &ThreadPool, file: &GgufFile, x: &[f32], n: usize, out: &mut [f32]) {
+        match &self.packed {
+            Some(k) => k.matmul(pool, x, n, out),
+            None => ferrox_kernels::matmul(pool, &self.view(file), x, n, out),
+        }
+    }
+
+    /// [`Matrix::matmul`] with activations already quantized for this matrix's type.
+    pub fn matmul_acts(
+        &self,
+        pool: &ThreadPool,
+        file: &GgufFile,
+        acts: &Activations,
+        out: &mut [f32],
+    ) {
+        match &self.packed {
+            Some(k) => k.matmul_acts(pool, acts, out),
+            None => ferrox_kernels::matmul_acts(pool, &self.view(file), acts, out),
+        }
+    }
+
+    /// Repacks this matrix where `KRows16` applies and was measured to pay (Q4_K, rows a
+    /// multiple of sixteen, the AVX-512 spelling), releasing its file pages as they are
+    /// copied. Elsewhere the file's layout stays, for now: Q6_K's repacked kernel and the
+    /// AVX2 spelling are faster from cache but slower once the matrix streams from L3 or
+    /// memory, for reasons not yet found (docs/PERFORMANCE.md, 2026-12-03 third session).
+    fn repack(&mut self, file: &GgufFile) {
+        if self.packed.is_some() || self.ty != GgmlType::Q4_K || !Isa::best().is_avx512() {
+            return;
+        }
+        let data = self.view(file).data;
+        self.packed = KRows16::repack(self.ty, data, self.rows, self.cols, |done| {
+            file.release(&data[done])
+        })
+        .map(Arc::new);
+    }
+
     /// Bytes of one row (a whole number of blocks by construction).
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
@@ -50,6 +97,8 @@ impl Matrix {
             name: format!("{}[{first}..{}]", self.name, first + n),
             rows: n,
             first_row: self.first_row + first,
+            // A part of the file's tensor, not of a repacked copy.
+            packed: None,
             ..self.clone()
         }
     }
@@ -85,6 +134,8 @@ pub struct LayerWeights {
 }
 
 /// A layer's feed-forward network.
+// One per layer, built once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Ffn {
     /// One gated FFN for every token.
@@ -160,6 +211,26 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// Repacks the layers' and the head's matrices for the lane-major K kernels where that
+    /// applies (see the module doc). `FERROX_KROWS=0` keeps the file's layout (for
+    /// side-by-side timing of the two; the bits are the same).
+    pub fn repack(&mut self, file: &GgufFile) {
+        if std::env::var("FERROX_KROWS").is_ok_and(|v| v == "0") {
+            return;
+        }
+        for l in &mut self.layers {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
+                m.repack(file);
+            }
+            if let Ffn::Dense { gate, up, down } = &mut l.ffn {
+                for m in [gate, up, down] {
+                    m.repack(file);
+                }
+            }
+        }
+        self.output.repack(file);
+    }
+
     pub fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Weights, EngineError> {
         let (d, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
         let token_embd = matrix(f, "token_embd.weight", cfg.n_vocab, d)?;
@@ -359,6 +430,7 @@ fn tensor(
         index,
         row_bytes: n_bytes / rows,
         first_row: 0,
+        packed: None,
     })
 }
 

@@ -46,6 +46,12 @@ fn bench(pool: &ThreadPool, ty: GgmlType, rows: usize, cols: usize, n: usize, mi
         .map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5)
         .collect();
     let mut out = vec![0.0f32; n * rows];
+    let krows = krows(ty, &bytes, rows, cols);
+    let matmul = |pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]| match &krows
+    {
+        Some(k) => k.matmul(pool, x, n, out),
+        None => matmul(pool, w, x, n, out),
+    };
     matmul(pool, &w, &x, n, &mut out); // warm up (page faults, pool spin-up)
     let mut best = f64::INFINITY;
     let mut total = 0.0;
@@ -126,6 +132,7 @@ fn main() {
             (GgmlType::Q4_K, 14_336, 4096),
             (GgmlType::Q6_K, 4096, 14_336),
             (GgmlType::Q6_K, 65_536, 2560),
+            (GgmlType::Q4_K, 65_536, 4096),
         ] {
             bench(&pool, ty, rows, cols, 1, 1.0);
         }
@@ -199,6 +206,13 @@ fn main() {
 }
 
 /// Compute-bound view: a weight matrix that fits in L2, one thread, ns per (block, row).
+/// With `KROWS=1` in the environment, Q4_K and Q6_K matrices are timed repacked
+/// ([`KRows16`], the layout a loaded model uses on AVX2 hosts), else in the file's layout.
+fn krows(ty: GgmlType, bytes: &[u8], rows: usize, cols: usize) -> Option<KRows16> {
+    std::env::var_os("KROWS")?;
+    KRows16::repack(ty, bytes, rows, cols, |_| {})
+}
+
 pub fn compute_bound(ty: GgmlType, rows: usize, cols: usize, n: usize) {
     let pool = ThreadPool::new(1);
     let bytes = random_weights(ty, rows, cols);
@@ -209,10 +223,14 @@ pub fn compute_bound(ty: GgmlType, rows: usize, cols: usize, n: usize) {
     let mut out = vec![0.0f32; n * rows];
     let mut acts = Activations::new();
     acts.quantize(&pool, ty, &x, n, cols);
+    let krows = krows(ty, &bytes, rows, cols);
     let mut best = f64::INFINITY;
     for _ in 0..200 {
         let t = Instant::now();
-        matmul_acts(&pool, &w, &acts, &mut out);
+        match &krows {
+            Some(k) => k.matmul_acts(&pool, &acts, &mut out),
+            None => matmul_acts(&pool, &w, &acts, &mut out),
+        }
         best = best.min(t.elapsed().as_secs_f64());
     }
     let blocks = rows * cols / 32 * n;

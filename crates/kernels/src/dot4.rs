@@ -18,6 +18,9 @@ use std::arch::x86_64::*;
 
 /// How a kernel computes `acc + Σ₄ a·b` per i32 lane (`a` unsigned, `b` signed bytes).
 pub(crate) trait Dot4 {
+    /// True for [`Pairs`]: a lane-major kernel may then add several chunks' `maddubs` i16
+    /// pairs before one `madd` (see `Lanes::dot_s`).
+    const PAIRS: bool;
     /// # Safety
     /// The CPU has the features of the implementation (AVX2; and AVX-VNNI for [`Vnni`]),
     /// and the caller is compiled with them (the kernels' entry points are).
@@ -31,6 +34,7 @@ pub(crate) struct Pairs;
 pub(crate) struct Vnni;
 
 impl Dot4 for Pairs {
+    const PAIRS: bool = true;
     #[inline(always)]
     unsafe fn dot4(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         // SAFETY: AVX2, as the caller promised.
@@ -42,6 +46,7 @@ impl Dot4 for Pairs {
 }
 
 impl Dot4 for Vnni {
+    const PAIRS: bool = false;
     #[inline(always)]
     unsafe fn dot4(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         // SAFETY: AVX-VNNI, as the caller promised.

@@ -24,14 +24,14 @@
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::marker::PhantomData;
 
 use crate::block::Isa;
-use crate::dot4::{transpose8, Dot4, Pairs, Vnni};
+use crate::dot4::{transpose8, Pairs, Vnni};
 use crate::kquants::{
     unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
 };
 use crate::kquants_avx2::q6k_values;
+use crate::lanes::{word, Lanes, Y256, Z512};
 use crate::tiling::{Job, RowKernel};
 
 /// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
@@ -297,177 +297,6 @@ fn pack<B: KPack>(rows: &[B], bpr: usize, out: &mut Vec<Packed>) {
             p.dmin[i] = t.dmin;
         }
     }
-}
-
-/// A vector of per-weight-row lanes: the operations the kernel body needs, 512 or 256 bits.
-trait Lanes {
-    type I: Copy;
-    type F: Copy;
-    /// Weight rows per vector.
-    const N: usize;
-    unsafe fn zero_i() -> Self::I;
-    unsafe fn zero_f() -> Self::F;
-    /// `N` i32 lanes from `p`.
-    unsafe fn load_i(p: *const i32) -> Self::I;
-    /// `N` f32 lanes from `p`.
-    unsafe fn load_f(p: *const f32) -> Self::F;
-    /// `acc + Σ₄ w·x` per lane: `w` four unsigned bytes per lane, `x` four signed bytes.
-    unsafe fn dot4(acc: Self::I, w: Self::I, x: i32) -> Self::I;
-    /// `acc + Σ₂ w·x` per lane over i16 pairs.
-    unsafe fn dot2(acc: Self::I, w: Self::I, x: i32) -> Self::I;
-    /// `acc + a·b` per lane (low 32 bits; exact here).
-    unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn sub_i(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn cvt(a: Self::I) -> Self::F;
-    unsafe fn splat(x: f32) -> Self::F;
-    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
-    unsafe fn add(a: Self::F, b: Self::F) -> Self::F;
-    unsafe fn sub(a: Self::F, b: Self::F) -> Self::F;
-    unsafe fn store_f(p: *mut f32, v: Self::F);
-}
-
-/// AVX-512 (F, BW, VNNI): all sixteen rows in one vector.
-struct Z512;
-
-impl Lanes for Z512 {
-    type I = __m512i;
-    type F = __m512;
-    const N: usize = 16;
-    #[inline(always)]
-    unsafe fn zero_i() -> __m512i {
-        _mm512_setzero_si512()
-    }
-    #[inline(always)]
-    unsafe fn zero_f() -> __m512 {
-        _mm512_setzero_ps()
-    }
-    #[inline(always)]
-    unsafe fn load_i(p: *const i32) -> __m512i {
-        // SAFETY: the caller passes 64 readable bytes.
-        unsafe { _mm512_loadu_si512(p.cast()) }
-    }
-    #[inline(always)]
-    unsafe fn load_f(p: *const f32) -> __m512 {
-        // SAFETY: the caller passes 64 readable bytes.
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn dot4(acc: __m512i, w: __m512i, x: i32) -> __m512i {
-        _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x))
-    }
-    #[inline(always)]
-    unsafe fn dot2(acc: __m512i, w: __m512i, x: i32) -> __m512i {
-        _mm512_add_epi32(acc, _mm512_madd_epi16(w, _mm512_set1_epi32(x)))
-    }
-    #[inline(always)]
-    unsafe fn mul_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-        _mm512_add_epi32(acc, _mm512_mullo_epi32(a, b))
-    }
-    #[inline(always)]
-    unsafe fn sub_i(a: __m512i, b: __m512i) -> __m512i {
-        _mm512_sub_epi32(a, b)
-    }
-    #[inline(always)]
-    unsafe fn cvt(a: __m512i) -> __m512 {
-        _mm512_cvtepi32_ps(a)
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> __m512 {
-        _mm512_set1_ps(x)
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
-        _mm512_mul_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m512, b: __m512) -> __m512 {
-        _mm512_add_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
-        _mm512_sub_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn store_f(p: *mut f32, v: __m512) {
-        // SAFETY: the caller passes 64 writable bytes.
-        unsafe { _mm512_storeu_ps(p, v) }
-    }
-}
-
-/// AVX2: eight rows per vector, the int8 step spelled by `D`.
-struct Y256<D>(PhantomData<D>);
-
-impl<D: Dot4> Lanes for Y256<D> {
-    type I = __m256i;
-    type F = __m256;
-    const N: usize = 8;
-    #[inline(always)]
-    unsafe fn zero_i() -> __m256i {
-        _mm256_setzero_si256()
-    }
-    #[inline(always)]
-    unsafe fn zero_f() -> __m256 {
-        _mm256_setzero_ps()
-    }
-    #[inline(always)]
-    unsafe fn load_i(p: *const i32) -> __m256i {
-        // SAFETY: the caller passes 32 readable bytes.
-        unsafe { _mm256_loadu_si256(p.cast()) }
-    }
-    #[inline(always)]
-    unsafe fn load_f(p: *const f32) -> __m256 {
-        // SAFETY: the caller passes 32 readable bytes.
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn dot4(acc: __m256i, w: __m256i, x: i32) -> __m256i {
-        // SAFETY: the features of `D`, as the caller promised.
-        unsafe { D::dot4(acc, w, _mm256_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn dot2(acc: __m256i, w: __m256i, x: i32) -> __m256i {
-        _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_set1_epi32(x)))
-    }
-    #[inline(always)]
-    unsafe fn mul_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-        _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b))
-    }
-    #[inline(always)]
-    unsafe fn sub_i(a: __m256i, b: __m256i) -> __m256i {
-        _mm256_sub_epi32(a, b)
-    }
-    #[inline(always)]
-    unsafe fn cvt(a: __m256i) -> __m256 {
-        _mm256_cvtepi32_ps(a)
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> __m256 {
-        _mm256_set1_ps(x)
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-        _mm256_mul_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m256, b: __m256) -> __m256 {
-        _mm256_add_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
-        _mm256_sub_ps(a, b)
-    }
-    #[inline(always)]
-    unsafe fn store_f(p: *mut f32, v: __m256) {
-        // SAFETY: the caller passes 32 writable bytes.
-        unsafe { _mm256_storeu_ps(p, v) }
-    }
-}
-
-/// Four bytes of `q` from `4c` as one little-endian i32.
-#[inline(always)]
-fn word(q: &[i8; QK_K], c: usize) -> i32 {
-    let b: [i8; 4] = q[4 * c..4 * c + 4].try_into().expect("four bytes");
-    i32::from_le_bytes(b.map(|v| v as u8))
 }
 
 /// The dots of lanes `lane0..lane0 + L::N` of a packed group with `R` activation rows, into

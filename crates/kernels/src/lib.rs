@@ -30,6 +30,9 @@
 //! - `kquants` (+ `kquants_avx2`, and `kquants_avx512` for Q4_K/Q5_K/Q6_K): Q2_K … Q6_K and
 //!   [`BlockQ8K`] at a few activation rows (decode); `kgemm`: the same formats for many
 //!   activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
+//! - `krows`: [`KRows16`], a Q4_K or Q6_K matrix repacked sixteen rows at a time, still
+//!   packed, lane-major (a loaded model's Q4_K matrices on AVX2 hosts); `lanes`: the
+//!   per-row-lane vector operations `kgemm` and `krows` are written over.
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
 //! - `rows8`: [`Q8Rows8`], a Q8_0 matrix repacked eight rows at a time (the output head).
@@ -120,6 +123,9 @@ mod kquants;
 mod kquants_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kquants_avx512;
+mod krows;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy_avx2;
@@ -154,6 +160,7 @@ pub use iquants::{
     BlockTq2_0,
 };
 pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+pub use krows::KRows16;
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, QK};
 pub use matmul::{matmul, matmul_acts, matmul_acts_isa, matmul_isa, QMatrix};
 pub use pool::ThreadPool;

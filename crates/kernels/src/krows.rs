@@ -1,0 +1,580 @@
+//! [`KRows16`]: a Q4_K or Q6_K matrix repacked sixteen rows at a time, lane-major, still
+//! 4 or 6 bits per value, for the matrices a decode step streams (every layer of a Q4_K_M
+//! model and its head).
+//!
+//! Why: at one activation row the file's layout makes every super-block of every row a
+//! separate dot product, reduced across a vector's lanes and scaled group by group: ~80
+//! instructions per 256 values on AVX2, so a thread computes about as fast as memory
+//! delivers and the two add up (decode read 25–30 GB/s where a plain read gives 35). Here a
+//! super-block column of sixteen rows is stored so that one vector load holds four
+//! consecutive values of each of the sixteen (or eight, on AVX2) rows in its own 32-bit lane:
+//! one `vpdpbusd` (or `maddubs` + `madd`) against the four matching activation bytes,
+//! broadcast, adds four products to every row at once, the group scale is one integer
+//! multiply per lane, and there is no horizontal work at all. That is `kgemm`'s decoded order,
+//! kept packed: Q4_K's nibbles two values to a byte, Q6_K's low nibbles likewise and its high
+//! bits four to a byte, the scales one byte each (Q4_K's 6-bit scales and mins unpacked:
+//! 2,368 bytes per sixteen rows where the file has 2,304; Q6_K the file's 3,360, padded to
+//! 3,392 for alignment).
+//!
+//! Numbers are unchanged: per (row, super-block) the integers `sumi` and `summ` are exact
+//! whatever order they are summed in, and each lane takes exactly
+//! [`crate::kquants::k_accumulate`]'s float operations, super-block by super-block. So every
+//! row's result is bit-identical to [`crate::matmul`] on the matrix this was repacked from,
+//! at every batch size and on every instruction set (`tests/krows.rs`).
+//!
+//! The copy replaces the file's pages in RSS (the caller releases them as it repacks). It is
+//! made only where it runs: AVX2 or better, and rows a multiple of sixteen.
+
+use crate::block::Isa;
+use crate::kquants::{unpack_scale_min_k4, BlockQ4K, BlockQ6K, BlockQ8K, QK_K};
+use crate::pool::ThreadPool;
+use crate::GgmlType;
+
+/// Weight rows per group: one 32-bit lane each of a 512-bit vector.
+const GROUP: usize = 16;
+
+/// Super-block column `j` of a group of Q4_K rows. Byte `4i + k` of `q[8t + c]` is byte
+/// `32t + 4c + k` of row `i`'s quants: its low nibble is value `64t + 4c + k` (sub-block
+/// `2t`), its high nibble value `64t + 32 + 4c + k` (sub-block `2t + 1`), as in the file.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Pack4 {
+    q: [[u8; 4 * GROUP]; 32],
+    /// Sub-block `s`'s 6-bit scale and min, per row.
+    sc: [[u8; GROUP]; 8],
+    mn: [[u8; GROUP]; 8],
+    /// f16 bits, per row.
+    d: [u16; GROUP],
+    dmin: [u16; GROUP],
+}
+
+/// Super-block column `j` of a group of Q6_K rows, in the order the kernel reads it. Entry
+/// `q[8h + c]` holds three vectors: byte `4i + k` of vector `m` (0, 1) is row `i`'s
+/// `ql[64h + 32m + 4c + k]` (low nibble: value `128h + 32m + 4c + k`, high nibble: the value
+/// 64 later), and of vector 2 its `qh[32h + 4c + k]` (bits `2b..2b + 2`: the high bits of
+/// value `128h + 32b + 4c + k`), as in the file.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Pack6 {
+    q: [[[u8; 4 * GROUP]; 3]; 16],
+    /// 16-value group `g`'s scale, per row.
+    sc: [[i8; GROUP]; 16],
+    d: [u16; GROUP],
+}
+
+const _: () = assert!(size_of::<Pack4>() == 2368);
+const _: () = assert!(size_of::<Pack6>() == 3392);
+
+enum Packs {
+    Q4(Vec<Pack4>),
+    Q6(Vec<Pack6>),
+}
+
+/// A Q4_K or Q6_K matrix of `rows` (a multiple of sixteen) by `cols`, sixteen rows
+/// interleaved. Entry `g * bpr + j` is super-block column `j` of rows `16g..16g + 16`.
+pub struct KRows16 {
+    rows: usize,
+    cols: usize,
+    bpr: usize,
+    packs: Packs,
+}
+
+impl std::fmt::Debug for KRows16 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KRows16({} {}x{})",
+            self.ty().name(),
+            self.rows,
+            self.cols
+        )
+    }
+}
+
+impl KRows16 {
+    /// Repacks `data` (`rows` rows of `cols` values of `ty`, as in GGUF), or `None` where this
+    /// layout does not apply: another type, rows not a multiple of sixteen, a byte count that
+    /// does not match, or a CPU without AVX2 (`Isa::best`). `done(bytes)` is called after each
+    /// part of `data` has been copied, with the byte range it covered, so that a caller
+    /// holding `data` in a mapped file can release those pages at once.
+    pub fn repack(
+        ty: GgmlType,
+        data: &[u8],
+        rows: usize,
+        cols: usize,
+        mut done: impl FnMut(std::ops::Range<usize>),
+    ) -> Option<KRows16> {
+        if !cfg!(target_arch = "x86_64") || !Isa::best().is_avx2() {
+            return None;
+        }
+        if rows == 0 || !rows.is_multiple_of(GROUP) || !cols.is_multiple_of(QK_K) {
+            return None;
+        }
+        let bpr = cols / QK_K;
+        let row_bytes = crate::row_bytes(ty, cols);
+        if data.len() != rows * row_bytes {
+            return None;
+        }
+        let group_bytes = GROUP * row_bytes;
+        // Released about 4 MB at a time: only whole pages inside a range are released, so
+        // a range per group (~23 KB) would keep a third of the pages resident.
+        let part_groups = ((4 << 20) / group_bytes).max(1);
+        let mut each = |f: &mut dyn FnMut(&[u8])| {
+            let mut start = 0;
+            for (g, part) in data.chunks_exact(group_bytes).enumerate() {
+                f(part);
+                if (g + 1) % part_groups == 0 || (g + 1) * group_bytes == data.len() {
+                    done(start..(g + 1) * group_bytes);
+                    start = (g + 1) * group_bytes;
+                }
+            }
+        };
+        let packs = match ty {
+            GgmlType::Q4_K => {
+                let mut v = Vec::with_capacity(rows / GROUP * bpr);
+                each(&mut |part| {
+                    let blocks: &[BlockQ4K] = crate::block::as_blocks(part);
+                    v.extend((0..bpr).map(|j| pack4(|i| &blocks[i * bpr + j])));
+                });
+                Packs::Q4(v)
+            }
+            GgmlType::Q6_K => {
+                let mut v = Vec::with_capacity(rows / GROUP * bpr);
+                each(&mut |part| {
+                    let blocks: &[BlockQ6K] = crate::block::as_blocks(part);
+                    v.extend((0..bpr).map(|j| pack6(|i| &blocks[i * bpr + j])));
+                });
+                Packs::Q6(v)
+            }
+            _ => return None,
+        };
+        Some(KRows16 {
+            rows,
+            cols,
+            bpr,
+            packs,
+        })
+    }
+
+    pub fn ty(&self) -> GgmlType {
+        match self.packs {
+            Packs::Q4(_) => GgmlType::Q4_K,
+            Packs::Q6(_) => GgmlType::Q6_K,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// `out[r * rows + o] = dot(W[o], x[r])`: the bits [`crate::matmul`] gives on the
+    /// matrix this was repacked from.
+    pub fn matmul(&self, pool: &ThreadPool, x: &[f32], n: usize, out: &mut [f32]) {
+        self.matmul_isa(Isa::best(), pool, x, n, out)
+    }
+
+    /// [`KRows16::matmul`] on a chosen instruction set (AVX2 or better).
+    pub fn matmul_isa(&self, isa: Isa, pool: &ThreadPool, x: &[f32], n: usize, out: &mut [f32]) {
+        assert_eq!(x.len(), n * self.cols, "x must hold n rows of cols values");
+        crate::acts::with_quantized(pool, self.ty(), x, n, self.cols, |acts| {
+            self.matmul_acts_isa(isa, pool, acts, out)
+        })
+    }
+
+    /// [`KRows16::matmul`] with activations already quantized (for Q4_K or Q6_K weights).
+    pub fn matmul_acts(&self, pool: &ThreadPool, acts: &crate::Activations, out: &mut [f32]) {
+        self.matmul_acts_isa(Isa::best(), pool, acts, out)
+    }
+
+    /// [`KRows16::matmul_acts`] on a chosen instruction set (AVX2 or better).
+    pub fn matmul_acts_isa(
+        &self,
+        isa: Isa,
+        pool: &ThreadPool,
+        acts: &crate::Activations,
+        out: &mut [f32],
+    ) {
+        assert!(isa.is_avx2(), "KRows16 runs on AVX2 or better, not {isa:?}");
+        assert_eq!(acts.cols(), self.cols, "activations of another width");
+        let n = acts.n_rows();
+        assert_eq!(
+            out.len(),
+            n * self.rows,
+            "out must hold n rows of rows values"
+        );
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (units, upr) = acts.view::<BlockQ8K>();
+            let kernel = simd::Kernel { m: self, isa };
+            crate::tiling::run_kernel(pool, &kernel, units, upr, n, out);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = pool;
+    }
+}
+
+/// One Q4_K super-block column of sixteen rows (`block(i)`: row `i`'s).
+fn pack4<'a>(block: impl Fn(usize) -> &'a BlockQ4K) -> Pack4 {
+    let mut p = Pack4 {
+        q: [[0; 4 * GROUP]; 32],
+        sc: [[0; GROUP]; 8],
+        mn: [[0; GROUP]; 8],
+        d: [0; GROUP],
+        dmin: [0; GROUP],
+    };
+    for i in 0..GROUP {
+        let b = block(i);
+        for (v, &q) in b.qs.iter().enumerate() {
+            // Byte v = 32t + 4c + k → q[8t + c][4i + k].
+            p.q[v / 4][4 * i + v % 4] = q;
+        }
+        let (sc, mn) = unpack_scale_min_k4(&b.scales);
+        for s in 0..8 {
+            p.sc[s][i] = sc[s];
+            p.mn[s][i] = mn[s];
+        }
+        p.d[i] = u16::from_le_bytes(b.d);
+        p.dmin[i] = u16::from_le_bytes(b.dmin);
+    }
+    p
+}
+
+/// One Q6_K super-block column of sixteen rows (`block(i)`: row `i`'s).
+fn pack6<'a>(block: impl Fn(usize) -> &'a BlockQ6K) -> Pack6 {
+    let mut p = Pack6 {
+        q: [[[0; 4 * GROUP]; 3]; 16],
+        sc: [[0; GROUP]; 16],
+        d: [0; GROUP],
+    };
+    for i in 0..GROUP {
+        let b = block(i);
+        for (v, &q) in b.ql.iter().enumerate() {
+            // v = 64h + 32m + 4c + k → q[8h + c][m][4i + k].
+            let (h, m, c) = (v / 64, v / 32 % 2, v / 4 % 8);
+            p.q[8 * h + c][m][4 * i + v % 4] = q;
+        }
+        for (v, &q) in b.qh.iter().enumerate() {
+            // v = 32h + 4c + k → q[8h + c][2][4i + k].
+            p.q[v / 4][2][4 * i + v % 4] = q;
+        }
+        for g in 0..16 {
+            p.sc[g][i] = b.scales[g];
+        }
+        p.d[i] = u16::from_le_bytes(b.d);
+    }
+    p
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::{KRows16, Pack4, Pack6, Packs, GROUP};
+    use crate::block::Isa;
+    use crate::dot4::{Pairs, Vnni};
+    use crate::kquants::{BlockQ8K, QK_K};
+    use crate::lanes::{word, Lanes, Y256, Z512};
+    use crate::tiling::{Job, RowKernel};
+
+    /// Most activation rows one pass over a group takes (their accumulators stay in
+    /// registers).
+    const MAX_R: usize = 4;
+
+    pub(super) struct Kernel<'a> {
+        pub m: &'a KRows16,
+        pub isa: Isa,
+    }
+
+    impl RowKernel for Kernel<'_> {
+        type Act = BlockQ8K;
+
+        fn rows(&self) -> usize {
+            self.m.rows
+        }
+
+        fn row_bytes(&self) -> usize {
+            match &self.m.packs {
+                Packs::Q4(_) => size_of::<Pack4>() * self.m.bpr / GROUP,
+                Packs::Q6(_) => size_of::<Pack6>() * self.m.bpr / GROUP,
+            }
+        }
+
+        fn row_align(&self) -> usize {
+            GROUP
+        }
+
+        fn subtile(&self, job: &Job<BlockQ8K>, o0: usize, o1: usize) {
+            assert!(self.isa.is_avx2(), "KRows16 needs AVX2");
+            assert!(o0.is_multiple_of(GROUP) && o1.is_multiple_of(GROUP));
+            let bpr = self.m.bpr;
+            for r in 0..job.n() {
+                assert!(job.row(r).len() >= bpr, "activation row too short");
+            }
+            for g in o0 / GROUP..o1 / GROUP {
+                let mut r = 0;
+                while r < job.n() {
+                    r += match job.n() - r {
+                        1 => self.group::<1>(job, r, g),
+                        2 => self.group::<2>(job, r, g),
+                        3 => self.group::<3>(job, r, g),
+                        _ => self.group::<MAX_R>(job, r, g),
+                    };
+                }
+            }
+        }
+    }
+
+    impl Kernel<'_> {
+        /// Activation rows `r..r + R` times rows `16g..16g + 16`; returns `R`.
+        #[inline(always)]
+        fn group<const R: usize>(&self, job: &Job<BlockQ8K>, r: usize, g: usize) -> usize {
+            let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
+            let mut out = [[0.0f32; GROUP]; R];
+            let bpr = self.m.bpr;
+            let isa = self.isa;
+            // SAFETY: the `Isa` proves the features of the entry chosen; every activation row
+            // covers the group's `bpr` super-blocks (checked in `subtile`).
+            unsafe {
+                match &self.m.packs {
+                    Packs::Q4(v) => {
+                        let p = &v[g * bpr..(g + 1) * bpr];
+                        if isa.is_avx512() {
+                            q4_avx512(p, &xs, &mut out)
+                        } else if isa.vnni256() {
+                            q4_vnni(p, &xs, &mut out)
+                        } else {
+                            q4_avx2(p, &xs, &mut out)
+                        }
+                    }
+                    Packs::Q6(v) => {
+                        let p = &v[g * bpr..(g + 1) * bpr];
+                        if isa.is_avx512() {
+                            q6_avx512(p, &xs, &mut out)
+                        } else if isa.vnni256() {
+                            q6_vnni(p, &xs, &mut out)
+                        } else {
+                            q6_avx2(p, &xs, &mut out)
+                        }
+                    }
+                }
+            }
+            for (i, o) in out.iter().enumerate() {
+                // SAFETY: rows `16g..16g + 16` lie in this task's sub-tile.
+                unsafe { job.put_run(r + i, g * GROUP, o) };
+            }
+            R
+        }
+    }
+
+    /// The float step of a super-block for every activation row, lane by lane:
+    /// `acc + ((d·dx)·sumi − (dmin·dx)·summ)` (`k_accumulate` with mins), or
+    /// `acc + (d·dx)·sumi` without (`dmin` `None`).
+    #[inline(always)]
+    unsafe fn finish<L: Lanes, const R: usize>(
+        d: L::F,
+        dmin: Option<L::F>,
+        xs: &[&[BlockQ8K]; R],
+        j: usize,
+        sumi: &[L::I; R],
+        summ: &[L::I; R],
+        acc: &mut [L::F; R],
+    ) {
+        // SAFETY: the features of `L`, as the caller promised.
+        unsafe {
+            for r in 0..R {
+                let dx = L::splat(xs[r][j].d);
+                let step = match dmin {
+                    Some(dmin) => L::sub(
+                        L::mul(L::mul(d, dx), L::cvt(sumi[r])),
+                        L::mul(L::mul(dmin, dx), L::cvt(summ[r])),
+                    ),
+                    None => L::mul(L::mul(d, dx), L::cvt(sumi[r])),
+                };
+                acc[r] = L::add(acc[r], step);
+            }
+        }
+    }
+
+    /// Q4_K: lanes `lane0..lane0 + L::N` of a group, into `out[r][lane0..]`.
+    #[inline(always)]
+    unsafe fn q4_body<L: Lanes, const R: usize>(
+        packs: &[Pack4],
+        lane0: usize,
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        // SAFETY (every intrinsic below): the features of `L`, as the caller promised; every
+        // pointer is into a `Pack4` array of GROUP lanes at `lane0 + L::N <= GROUP`.
+        unsafe {
+            let m4 = L::splat_i8(0x0F);
+            let mut acc = [L::zero_f(); R];
+            for (j, p) in packs.iter().enumerate() {
+                let mut sumi = [L::zero_i(); R];
+                assert!(L::pair_chunks(15) >= 8, "a sub-block's sums fit");
+                for t in 0..4 {
+                    let mut lo = [L::zero_i(); R];
+                    let mut hi = [L::zero_i(); R];
+                    for c in 0..8 {
+                        let v = L::load_i(p.q[8 * t + c].as_ptr().add(4 * lane0).cast());
+                        let (l, h) = (L::and(v, m4), L::and(L::srl16::<4>(v), m4));
+                        for r in 0..R {
+                            lo[r] = L::dot_s(lo[r], l, word(&xs[r][j].qs, 16 * t + c));
+                            hi[r] = L::dot_s(hi[r], h, word(&xs[r][j].qs, 16 * t + 8 + c));
+                        }
+                    }
+                    let sl = L::load_u8(p.sc[2 * t].as_ptr().add(lane0));
+                    let sh = L::load_u8(p.sc[2 * t + 1].as_ptr().add(lane0));
+                    for r in 0..R {
+                        sumi[r] = L::scale_s(L::scale_s(sumi[r], lo[r], sl), hi[r], sh);
+                    }
+                }
+                let mut summ = [L::zero_i(); R];
+                for s in 0..8 {
+                    let mn = L::load_u8(p.mn[s].as_ptr().add(lane0));
+                    for r in 0..R {
+                        let b = &xs[r][j].bsums;
+                        let bsum = L::splat_i(b[2 * s] as i32 + b[2 * s + 1] as i32);
+                        summ[r] = L::mul_add(summ[r], mn, bsum);
+                    }
+                }
+                let d = L::load_h(p.d.as_ptr().add(lane0));
+                let dmin = L::load_h(p.dmin.as_ptr().add(lane0));
+                finish::<L, R>(d, Some(dmin), xs, j, &sumi, &summ, &mut acc);
+            }
+            for r in 0..R {
+                L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+            }
+        }
+    }
+
+    /// Q6_K: lanes `lane0..lane0 + L::N` of a group, into `out[r][lane0..]`. The stored
+    /// quants are `u = q + 32`; the offset comes back out through the activations' block
+    /// sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − Σ_g 32·sc_g·bsum_g`.
+    #[inline(always)]
+    unsafe fn q6_body<L: Lanes, const R: usize>(
+        packs: &[Pack6],
+        lane0: usize,
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        // SAFETY (every intrinsic below): the features of `L`, as the caller promised; every
+        // pointer is into a `Pack6` array of GROUP lanes at `lane0 + L::N <= GROUP`.
+        unsafe {
+            let m4 = L::splat_i8(0x0F);
+            let m30 = L::splat_i8(0x30);
+            // Chunks summed before each scale step: a group's four, or two where the sums
+            // are i16 pairs.
+            let run = L::pair_chunks(63).min(4);
+            assert!(run == 2 || run == 4, "a run of {run} chunks");
+            let mut acc = [L::zero_f(); R];
+            for (j, p) in packs.iter().enumerate() {
+                let mut sumi = [L::zero_i(); R];
+                for h in 0..2 {
+                    for c0 in (0..8).step_by(run) {
+                        // Values 128h + 32b + 4·c0 .. + 4·run: in group 8h + 2b + c0 / 4.
+                        let mut s = [[L::zero_i(); R]; 4];
+                        for c in c0..c0 + run {
+                            let t = &p.q[8 * h + c];
+                            let at = |m: usize| t[m].as_ptr().add(4 * lane0).cast::<i32>();
+                            let (l0, l1, hq) =
+                                (L::load_i(at(0)), L::load_i(at(1)), L::load_i(at(2)));
+                            let u = [
+                                L::or(L::and(l0, m4), L::and(L::sll16::<4>(hq), m30)),
+                                L::or(L::and(l1, m4), L::and(L::sll16::<2>(hq), m30)),
+                                L::or(L::and(L::srl16::<4>(l0), m4), L::and(hq, m30)),
+                                L::or(
+                                    L::and(L::srl16::<4>(l1), m4),
+                                    L::and(L::srl16::<2>(hq), m30),
+                                ),
+                            ];
+                            for b in 0..4 {
+                                for r in 0..R {
+                                    let x = word(&xs[r][j].qs, 32 * h + 8 * b + c);
+                                    s[b][r] = L::dot_s(s[b][r], u[b], x);
+                                }
+                            }
+                        }
+                        for (b, sb) in s.iter().enumerate() {
+                            let g = 8 * h + 2 * b + c0 / 4;
+                            let sc = L::load_i8(p.sc[g].as_ptr().add(lane0));
+                            for r in 0..R {
+                                sumi[r] = L::scale_s(sumi[r], sb[r], sc);
+                            }
+                        }
+                    }
+                }
+                let mut offs = [L::zero_i(); R];
+                for g in 0..16 {
+                    let sc = L::load_i8(p.sc[g].as_ptr().add(lane0));
+                    for r in 0..R {
+                        let b = L::splat_i(32 * xs[r][j].bsums[g] as i32);
+                        offs[r] = L::mul_add(offs[r], sc, b);
+                    }
+                }
+                for r in 0..R {
+                    sumi[r] = L::sub_i(sumi[r], offs[r]);
+                }
+                let d = L::load_h(p.d.as_ptr().add(lane0));
+                finish::<L, R>(d, None, xs, j, &sumi, &offs, &mut acc);
+            }
+            for r in 0..R {
+                L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+            }
+        }
+    }
+
+    /// The entry points, one per format and spelling: the body over all sixteen lanes (AVX-512)
+    /// or as two halves of eight (AVX2, its int8 step spelled by `Pairs` or `Vnni`).
+    macro_rules! entries {
+        ($body:ident, $pack:ty, $avx512:ident, $vnni:ident, $avx2:ident) => {
+            /// # Safety
+            /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn $avx512<const R: usize>(
+                p: &[$pack],
+                xs: &[&[BlockQ8K]; R],
+                out: &mut [[f32; GROUP]; R],
+            ) {
+                // SAFETY: as the caller promised.
+                unsafe { $body::<Z512, R>(p, 0, xs, out) }
+            }
+
+            /// # Safety
+            /// AVX2, FMA, F16C and AVX-VNNI must be available.
+            #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+            unsafe fn $vnni<const R: usize>(
+                p: &[$pack],
+                xs: &[&[BlockQ8K]; R],
+                out: &mut [[f32; GROUP]; R],
+            ) {
+                // SAFETY: as the caller promised.
+                unsafe {
+                    $body::<Y256<Vnni>, R>(p, 0, xs, out);
+                    $body::<Y256<Vnni>, R>(p, 8, xs, out);
+                }
+            }
+
+            /// # Safety
+            /// AVX2, FMA and F16C must be available.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn $avx2<const R: usize>(
+                p: &[$pack],
+                xs: &[&[BlockQ8K]; R],
+                out: &mut [[f32; GROUP]; R],
+            ) {
+                // SAFETY: as the caller promised.
+                unsafe {
+                    $body::<Y256<Pairs>, R>(p, 0, xs, out);
+                    $body::<Y256<Pairs>, R>(p, 8, xs, out);
+                }
+            }
+        };
+    }
+
+    entries!(q4_body, Pack4, q4_avx512, q4_vnni, q4_avx2);
+    entries!(q6_body, Pack6, q6_avx512, q6_vnni, q6_avx2);
+
+    const _: () = assert!(QK_K == 256);
+}

@@ -1,0 +1,92 @@
+//! `KRows16` (a Q4_K or Q6_K matrix repacked sixteen rows at a time) gives exactly the bits
+//! `matmul` gives on the matrix it came from, on every instruction set the CPU has, at every
+//! batch size and thread count.
+
+use ferrox_kernels::{matmul_isa, quantize_row, GgmlType, Isa, KRows16, QMatrix, ThreadPool};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn matrix(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for _ in 0..rows {
+        // Rows of different scales and signs, so that mins, scales and offsets all vary.
+        let scale = rng.gen_range(0.1..3.0);
+        let shift = rng.gen_range(-0.5..0.5);
+        let row: Vec<f32> = (0..cols)
+            .map(|_| scale * (rng.gen_range(-1.0f32..1.0) + shift))
+            .collect();
+        quantize_row(ty, &row, &mut bytes);
+    }
+    bytes
+}
+
+#[test]
+fn repacked_k_matmul_has_the_bits_of_matmul() {
+    let isas: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|i| i.is_avx2())
+        .collect();
+    if isas.is_empty() {
+        eprintln!("no AVX2: KRows16 is not used on this CPU");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(16);
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        for (rows, cols) in [(16, 256), (48, 768), (64, 2048)] {
+            let bytes = matrix(&mut rng, ty, rows, cols);
+            let mut released = Vec::new();
+            let Some(m) = KRows16::repack(ty, &bytes, rows, cols, |r| released.push(r)) else {
+                // Only where the process's own ISA has no AVX2 (FERROX_ISA=scalar).
+                assert!(!Isa::best().is_avx2(), "{ty:?} {rows}x{cols} not repacked");
+                return;
+            };
+            assert_eq!(m.ty(), ty);
+            // The release callback covers the source exactly once, in order.
+            assert_eq!(released.first().map(|r| r.start), Some(0));
+            assert!(released.windows(2).all(|w| w[0].end == w[1].start));
+            assert_eq!(released.last().map(|r| r.end), Some(bytes.len()));
+            let w = QMatrix::new(ty, &bytes, rows, cols);
+            for n in [1, 2, 3, 4, 5, 7, 9, 17] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                let mut want = vec![0.0; n * rows];
+                matmul_isa(Isa::scalar(), &ThreadPool::new(1), &w, &x, n, &mut want);
+                for &isa in &isas {
+                    for threads in [1, 2] {
+                        let mut got = vec![0.0; n * rows];
+                        m.matmul_isa(isa, &ThreadPool::new(threads), &x, n, &mut got);
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                a.to_bits(),
+                                b.to_bits(),
+                                "{ty:?} {rows}x{cols} n={n} {isa:?} t={threads} at {i}: \
+                                 {a} vs matmul's {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn only_fitting_matrices_are_repacked() {
+    if !Isa::best().is_avx2() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(17);
+    let bytes = matrix(&mut rng, GgmlType::Q4_K, 24, 256);
+    assert!(
+        KRows16::repack(GgmlType::Q4_K, &bytes, 24, 256, |_| {}).is_none(),
+        "24 rows"
+    );
+    assert!(KRows16::repack(GgmlType::Q4_K, &bytes[..16 * 144], 16, 256, |_| {}).is_some());
+    assert!(
+        KRows16::repack(GgmlType::Q4_K, &bytes[..16 * 144 - 1], 16, 256, |_| {}).is_none(),
+        "short data"
+    );
+    assert!(
+        KRows16::repack(GgmlType::Q5_K, &bytes[..16 * 176], 16, 256, |_| {}).is_none(),
+        "Q5_K has no repacked layout"
+    );
+}
