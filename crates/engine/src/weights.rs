@@ -2,7 +2,7 @@
 //!
 //! Weights stay in the memory-mapped file: a [`Matrix`] records where its bytes are, and the
 //! forward pass borrows them per call. Only the small F32 norm vectors are copied out, and,
-//! on AVX-512 hosts, the Q4_K matrices of the decoder's layers and head, repacked
+//! on AVX-512 hosts, the Q4_K and Q6_K matrices of the decoder's layers and head, repacked
 //! sixteen rows at a time ([`Weights::repack`]; `ferrox_kernels::KRows16`): a layout the
 //! kernel multiplies ~3x faster from cache. Their file pages are released as they are copied, so
 //! the model stays resident once.
@@ -69,13 +69,14 @@ impl Matrix {
         }
     }
 
-    /// Repacks this matrix where `KRows16` applies and was measured to pay (Q4_K, rows a
-    /// multiple of sixteen, the AVX-512 spelling), releasing its file pages as they are
-    /// copied. Elsewhere the file's layout stays, for now: Q6_K's repacked kernel and the
-    /// AVX2 spelling are faster from cache but slower once the matrix streams from L3 or
-    /// memory, for reasons not yet found (docs/PERFORMANCE.md, 2026-12-03 third session).
+    /// Repacks this matrix where `KRows16` applies and was measured to pay (Q4_K or Q6_K,
+    /// rows a multiple of sixteen, the AVX-512 spelling), releasing its file pages as they
+    /// are copied. On the AVX2 spellings the file's layout stays, for now: there the
+    /// repacked kernel is faster from cache but a decode step was not faster
+    /// (docs/PERFORMANCE.md, 2026-12-03 third session).
     fn repack(&mut self, file: &GgufFile) {
-        if self.packed.is_some() || self.ty != GgmlType::Q4_K || !Isa::best().is_avx512() {
+        let ty_ok = matches!(self.ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        if self.packed.is_some() || !ty_ok || !Isa::best().is_avx512() {
             return;
         }
         let data = self.view(file).data;

@@ -56,10 +56,11 @@ struct Pack4 {
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Pack6 {
-    q: [[[u8; 4 * GROUP]; 3]; 16],
     /// 16-value group `g`'s scale, per row.
     sc: [[i8; GROUP]; 16],
     d: [u16; GROUP],
+    _pad: [u8; 32],
+    q: [[[u8; 4 * GROUP]; 3]; 16],
 }
 
 const _: () = assert!(size_of::<Pack4>() == 2368);
@@ -228,9 +229,9 @@ fn pack4<'a>(block: impl Fn(usize) -> &'a BlockQ4K) -> Pack4 {
     };
     for i in 0..GROUP {
         let b = block(i);
-        for (v, &q) in b.qs.iter().enumerate() {
-            // Byte v = 32t + 4c + k → q[8t + c][4i + k].
-            p.q[v / 4][4 * i + v % 4] = q;
+        for (w, q) in b.qs.chunks_exact(4).enumerate() {
+            // Bytes 4w.. = 32t + 4c + k → q[8t + c][4i + k].
+            p.q[w][4 * i..4 * i + 4].copy_from_slice(q);
         }
         let (sc, mn) = unpack_scale_min_k4(&b.scales);
         for s in 0..8 {
@@ -246,20 +247,21 @@ fn pack4<'a>(block: impl Fn(usize) -> &'a BlockQ4K) -> Pack4 {
 /// One Q6_K super-block column of sixteen rows (`block(i)`: row `i`'s).
 fn pack6<'a>(block: impl Fn(usize) -> &'a BlockQ6K) -> Pack6 {
     let mut p = Pack6 {
-        q: [[[0; 4 * GROUP]; 3]; 16],
         sc: [[0; GROUP]; 16],
         d: [0; GROUP],
+        _pad: [0; 32],
+        q: [[[0; 4 * GROUP]; 3]; 16],
     };
     for i in 0..GROUP {
         let b = block(i);
-        for (v, &q) in b.ql.iter().enumerate() {
-            // v = 64h + 32m + 4c + k → q[8h + c][m][4i + k].
-            let (h, m, c) = (v / 64, v / 32 % 2, v / 4 % 8);
-            p.q[8 * h + c][m][4 * i + v % 4] = q;
+        for (w, q) in b.ql.chunks_exact(4).enumerate() {
+            // Bytes 4w.. = 64h + 32m + 4c + k → q[8h + c][m][4i + k].
+            let (h, m, c) = (w / 16, w / 8 % 2, w % 8);
+            p.q[8 * h + c][m][4 * i..4 * i + 4].copy_from_slice(q);
         }
-        for (v, &q) in b.qh.iter().enumerate() {
-            // v = 32h + 4c + k → q[8h + c][2][4i + k].
-            p.q[v / 4][2][4 * i + v % 4] = q;
+        for (w, q) in b.qh.chunks_exact(4).enumerate() {
+            // Bytes 4w.. = 32h + 4c + k → q[8h + c][2][4i + k].
+            p.q[w][2][4 * i..4 * i + 4].copy_from_slice(q);
         }
         for g in 0..16 {
             p.sc[g][i] = b.scales[g];
@@ -277,6 +279,20 @@ mod simd {
     use crate::kquants::{BlockQ8K, QK_K};
     use crate::lanes::{word, Lanes, Y256, Z512};
     use crate::tiling::{Job, RowKernel};
+
+    /// How far ahead of its loads the kernel prefetches. Packs stream from memory at decode;
+    /// the hardware prefetcher alone gave one thread 10–13 GB/s on Q6_K (the file layout's
+    /// kernels, which prefetch 4 KB ahead a block at a time, 22 GB/s; a plain read 25), a
+    /// burst of prefetches per pack 13–15, one line at a time 4 KB ahead 19, 8–12 KB ahead
+    /// 21–22 (AMD Zen 4, 65,536 × 2,560, 2026-12-03).
+    const PREFETCH: usize = 8192;
+
+    /// Hints the `span` bytes (whole lines) `PREFETCH` bytes after `p`; interleaved with
+    /// the loads, a line or a few at a time, so that the misses in flight stay few.
+    #[inline(always)]
+    fn ahead(p: *const u8, span: usize) {
+        crate::block::prefetch_span(p.wrapping_add(PREFETCH), span - 1);
+    }
 
     /// Most activation rows one pass over a group takes (their accumulators stay in
     /// registers).
@@ -338,26 +354,8 @@ mod simd {
             // covers the group's `bpr` super-blocks (checked in `subtile`).
             unsafe {
                 match &self.m.packs {
-                    Packs::Q4(v) => {
-                        let p = &v[g * bpr..(g + 1) * bpr];
-                        if isa.is_avx512() {
-                            q4_avx512(p, &xs, &mut out)
-                        } else if isa.vnni256() {
-                            q4_vnni(p, &xs, &mut out)
-                        } else {
-                            q4_avx2(p, &xs, &mut out)
-                        }
-                    }
-                    Packs::Q6(v) => {
-                        let p = &v[g * bpr..(g + 1) * bpr];
-                        if isa.is_avx512() {
-                            q6_avx512(p, &xs, &mut out)
-                        } else if isa.vnni256() {
-                            q6_vnni(p, &xs, &mut out)
-                        } else {
-                            q6_avx2(p, &xs, &mut out)
-                        }
-                    }
+                    Packs::Q4(v) => run(isa, &v[g * bpr..(g + 1) * bpr], &xs, &mut out),
+                    Packs::Q6(v) => run(isa, &v[g * bpr..(g + 1) * bpr], &xs, &mut out),
                 }
             }
             for (i, o) in out.iter().enumerate() {
@@ -365,6 +363,29 @@ mod simd {
                 unsafe { job.put_run(r + i, g * GROUP, o) };
             }
             R
+        }
+    }
+
+    /// The entry for `isa`'s spelling.
+    ///
+    /// # Safety
+    /// `isa` is one this CPU runs, AVX2 or better.
+    #[inline(always)]
+    unsafe fn run<P: Step, const R: usize>(
+        isa: Isa,
+        p: &[P],
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        // SAFETY: the `Isa` proves the features of the entry chosen.
+        unsafe {
+            if isa.is_avx512() {
+                body_avx512(p, xs, out)
+            } else if isa.vnni256() {
+                body_vnni(p, xs, out)
+            } else {
+                body_avx2(p, xs, out)
+            }
         }
     }
 
@@ -397,26 +418,43 @@ mod simd {
         }
     }
 
-    /// Q4_K: lanes `lane0..lane0 + L::N` of a group, into `out[r][lane0..]`.
-    #[inline(always)]
-    unsafe fn q4_body<L: Lanes, const R: usize>(
-        packs: &[Pack4],
-        lane0: usize,
-        xs: &[&[BlockQ8K]; R],
-        out: &mut [[f32; GROUP]; R],
-    ) {
-        // SAFETY (every intrinsic below): the features of `L`, as the caller promised; every
-        // pointer is into a `Pack4` array of GROUP lanes at `lane0 + L::N <= GROUP`.
-        unsafe {
-            let m4 = L::splat_i8(0x0F);
-            let mut acc = [L::zero_f(); R];
-            for (j, p) in packs.iter().enumerate() {
+    /// One super-block column of a group, for lanes `lane0..lane0 + L::N`: its integer sums
+    /// and the float step into `acc` (one vector per activation row).
+    trait Step {
+        /// # Safety
+        /// The features of `L`; `lane0 + L::N <= GROUP`; every row of `xs` covers `j`.
+        unsafe fn step<L: Lanes, const R: usize>(
+            &self,
+            lane0: usize,
+            xs: &[&[BlockQ8K]; R],
+            j: usize,
+            acc: &mut [L::F; R],
+        );
+    }
+
+    impl Step for Pack4 {
+        #[inline(always)]
+        unsafe fn step<L: Lanes, const R: usize>(
+            &self,
+            lane0: usize,
+            xs: &[&[BlockQ8K]; R],
+            j: usize,
+            acc: &mut [L::F; R],
+        ) {
+            let p = self;
+            assert!(L::pair_chunks(15) >= 8, "a sub-block's sums fit");
+            // SAFETY (every intrinsic below): the features of `L`, as the caller promised;
+            // every pointer is into an array of GROUP lanes at `lane0 + L::N <= GROUP`.
+            unsafe {
+                let m4 = L::splat_i8(0x0F);
                 let mut sumi = [L::zero_i(); R];
-                assert!(L::pair_chunks(15) >= 8, "a sub-block's sums fit");
                 for t in 0..4 {
                     let mut lo = [L::zero_i(); R];
                     let mut hi = [L::zero_i(); R];
                     for c in 0..8 {
+                        if lane0 == 0 {
+                            ahead(p.q[8 * t + c].as_ptr(), 64);
+                        }
                         let v = L::load_i(p.q[8 * t + c].as_ptr().add(4 * lane0).cast());
                         let (l, h) = (L::and(v, m4), L::and(L::srl16::<4>(v), m4));
                         for r in 0..R {
@@ -441,35 +479,32 @@ mod simd {
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
                 let dmin = L::load_h(p.dmin.as_ptr().add(lane0));
-                finish::<L, R>(d, Some(dmin), xs, j, &sumi, &summ, &mut acc);
-            }
-            for r in 0..R {
-                L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+                finish::<L, R>(d, Some(dmin), xs, j, &sumi, &summ, acc);
             }
         }
     }
 
-    /// Q6_K: lanes `lane0..lane0 + L::N` of a group, into `out[r][lane0..]`. The stored
-    /// quants are `u = q + 32`; the offset comes back out through the activations' block
-    /// sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − Σ_g 32·sc_g·bsum_g`.
-    #[inline(always)]
-    unsafe fn q6_body<L: Lanes, const R: usize>(
-        packs: &[Pack6],
-        lane0: usize,
-        xs: &[&[BlockQ8K]; R],
-        out: &mut [[f32; GROUP]; R],
-    ) {
-        // SAFETY (every intrinsic below): the features of `L`, as the caller promised; every
-        // pointer is into a `Pack6` array of GROUP lanes at `lane0 + L::N <= GROUP`.
-        unsafe {
-            let m4 = L::splat_i8(0x0F);
-            let m30 = L::splat_i8(0x30);
+    /// Q6_K. The stored quants are `u = q + 32`; the offset comes back out through the
+    /// activations' block sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − Σ_g 32·sc_g·bsum_g`.
+    impl Step for Pack6 {
+        #[inline(always)]
+        unsafe fn step<L: Lanes, const R: usize>(
+            &self,
+            lane0: usize,
+            xs: &[&[BlockQ8K]; R],
+            j: usize,
+            acc: &mut [L::F; R],
+        ) {
+            let p = self;
             // Chunks summed before each scale step: a group's four, or two where the sums
             // are i16 pairs.
             let run = L::pair_chunks(63).min(4);
             assert!(run == 2 || run == 4, "a run of {run} chunks");
-            let mut acc = [L::zero_f(); R];
-            for (j, p) in packs.iter().enumerate() {
+            // SAFETY (every intrinsic below): the features of `L`, as the caller promised;
+            // every pointer is into an array of GROUP lanes at `lane0 + L::N <= GROUP`.
+            unsafe {
+                let m4 = L::splat_i8(0x0F);
+                let m30 = L::splat_i8(0x30);
                 let mut sumi = [L::zero_i(); R];
                 for h in 0..2 {
                     for c0 in (0..8).step_by(run) {
@@ -477,6 +512,9 @@ mod simd {
                         let mut s = [[L::zero_i(); R]; 4];
                         for c in c0..c0 + run {
                             let t = &p.q[8 * h + c];
+                            if lane0 == 0 {
+                                ahead(t.as_ptr().cast(), 3 * 64);
+                            }
                             let at = |m: usize| t[m].as_ptr().add(4 * lane0).cast::<i32>();
                             let (l0, l1, hq) =
                                 (L::load_i(at(0)), L::load_i(at(1)), L::load_i(at(2)));
@@ -517,64 +555,72 @@ mod simd {
                     sumi[r] = L::sub_i(sumi[r], offs[r]);
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
-                finish::<L, R>(d, None, xs, j, &sumi, &offs, &mut acc);
-            }
-            for r in 0..R {
-                L::store_f(out[r].as_mut_ptr().add(lane0), acc[r]);
+                finish::<L, R>(d, None, xs, j, &sumi, &offs, acc);
             }
         }
     }
 
-    /// The entry points, one per format and spelling: the body over all sixteen lanes (AVX-512)
-    /// or as two halves of eight (AVX2, its int8 step spelled by `Pairs` or `Vnni`).
-    macro_rules! entries {
-        ($body:ident, $pack:ty, $avx512:ident, $vnni:ident, $avx2:ident) => {
-            /// # Safety
-            /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn $avx512<const R: usize>(
-                p: &[$pack],
-                xs: &[&[BlockQ8K]; R],
-                out: &mut [[f32; GROUP]; R],
-            ) {
-                // SAFETY: as the caller promised.
-                unsafe { $body::<Z512, R>(p, 0, xs, out) }
-            }
-
-            /// # Safety
-            /// AVX2, FMA, F16C and AVX-VNNI must be available.
-            #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-            unsafe fn $vnni<const R: usize>(
-                p: &[$pack],
-                xs: &[&[BlockQ8K]; R],
-                out: &mut [[f32; GROUP]; R],
-            ) {
-                // SAFETY: as the caller promised.
-                unsafe {
-                    $body::<Y256<Vnni>, R>(p, 0, xs, out);
-                    $body::<Y256<Vnni>, R>(p, 8, xs, out);
+    /// A group's packs times `R` activation rows, into `out`. Each pack is read once, all of
+    /// its lanes while it is in L1: on AVX2 its two halves of eight rows one after the other
+    /// (two passes over the group, one half each, read the group twice).
+    #[inline(always)]
+    unsafe fn body<L: Lanes, P: Step, const R: usize>(
+        packs: &[P],
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        let halves = GROUP / L::N;
+        // SAFETY: the features of `L`, as the caller promised; `half * L::N + L::N <= GROUP`.
+        unsafe {
+            let mut acc = [[L::zero_f(); R]; 2];
+            for (j, p) in packs.iter().enumerate() {
+                for (half, a) in acc.iter_mut().enumerate().take(halves) {
+                    p.step::<L, R>(half * L::N, xs, j, a);
                 }
             }
-
-            /// # Safety
-            /// AVX2, FMA and F16C must be available.
-            #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn $avx2<const R: usize>(
-                p: &[$pack],
-                xs: &[&[BlockQ8K]; R],
-                out: &mut [[f32; GROUP]; R],
-            ) {
-                // SAFETY: as the caller promised.
-                unsafe {
-                    $body::<Y256<Pairs>, R>(p, 0, xs, out);
-                    $body::<Y256<Pairs>, R>(p, 8, xs, out);
+            for (half, a) in acc.iter().enumerate().take(halves) {
+                for r in 0..R {
+                    L::store_f(out[r].as_mut_ptr().add(half * L::N), a[r]);
                 }
             }
-        };
+        }
     }
 
-    entries!(q4_body, Pack4, q4_avx512, q4_vnni, q4_avx2);
-    entries!(q6_body, Pack6, q6_avx512, q6_vnni, q6_avx2);
+    /// # Safety
+    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn body_avx512<P: Step, const R: usize>(
+        p: &[P],
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        // SAFETY: as the caller promised.
+        unsafe { body::<Z512, P, R>(p, xs, out) }
+    }
+
+    /// # Safety
+    /// AVX2, FMA, F16C and AVX-VNNI must be available.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    unsafe fn body_vnni<P: Step, const R: usize>(
+        p: &[P],
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        // SAFETY: as the caller promised.
+        unsafe { body::<Y256<Vnni>, P, R>(p, xs, out) }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn body_avx2<P: Step, const R: usize>(
+        p: &[P],
+        xs: &[&[BlockQ8K]; R],
+        out: &mut [[f32; GROUP]; R],
+    ) {
+        // SAFETY: as the caller promised.
+        unsafe { body::<Y256<Pairs>, P, R>(p, xs, out) }
+    }
 
     const _: () = assert!(QK_K == 256);
 }
