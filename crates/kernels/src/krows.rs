@@ -23,7 +23,11 @@
 //! at every batch size and on every instruction set (`tests/krows.rs`).
 //!
 //! The copy replaces the file's pages in RSS (the caller releases them as it repacks). It is
-//! made only where it runs: AVX2 or better, and rows a multiple of sixteen.
+//! made only where it runs: AVX2 or better, and rows a multiple of sixteen; the engine makes
+//! it on the AVX-512 spelling only, where a decode step was measured faster
+//! (docs/PERFORMANCE.md). The packs stream from memory at decode, so the kernel prefetches
+//! its own stream, a line at a time and 8 KB ahead ([`simd`]'s `PREFETCH`): without that,
+//! one thread read Q6_K at half the file layout's rate.
 
 use crate::block::Isa;
 use crate::kquants::{unpack_scale_min_k4, BlockQ4K, BlockQ6K, BlockQ8K, QK_K};

@@ -31,7 +31,7 @@
 //!   [`BlockQ8K`] at a few activation rows (decode); `kgemm`: the same formats for many
 //!   activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
 //! - `krows`: [`KRows16`], a Q4_K or Q6_K matrix repacked sixteen rows at a time, still
-//!   packed, lane-major (a loaded model's Q4_K matrices on AVX2 hosts); `lanes`: the
+//!   packed, lane-major (a loaded model's Q4_K and Q6_K matrices on AVX-512 hosts); `lanes`: the
 //!   per-row-lane vector operations `kgemm` and `krows` are written over.
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
