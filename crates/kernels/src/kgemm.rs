@@ -31,7 +31,7 @@ use crate::kquants::{
     unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
 };
 use crate::kquants_avx2::q6k_values;
-use crate::lanes::{word, Lanes, Y256, Z512};
+use crate::lanes::{k_accumulate_lanes, word, Lanes, Y256, Z512};
 use crate::tiling::{Job, RowKernel};
 
 /// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
@@ -364,18 +364,12 @@ unsafe fn finish_superblock<L: Lanes, B: KPack, const R: usize>(
             }
         }
         let d = L::load_f(p.d.as_ptr().add(lane0));
-        let dmin = L::load_f(p.dmin.as_ptr().add(lane0));
-        for r in 0..R {
-            let dx = L::splat(xs[r][j].d);
-            let step = if B::HAS_MIN {
-                L::sub(
-                    L::mul(L::mul(d, dx), L::cvt(raw[r])),
-                    L::mul(L::mul(dmin, dx), L::cvt(bs[r])),
-                )
-            } else {
-                L::mul(L::mul(d, dx), L::cvt(L::sub_i(raw[r], bs[r])))
-            };
-            acc[r] = L::add(acc[r], step);
+        if B::HAS_MIN {
+            let dmin = L::load_f(p.dmin.as_ptr().add(lane0));
+            k_accumulate_lanes::<L, R>(d, Some(dmin), xs, j, raw, &bs, acc);
+        } else {
+            let sumi = std::array::from_fn(|r| L::sub_i(raw[r], bs[r]));
+            k_accumulate_lanes::<L, R>(d, None, xs, j, &sumi, &bs, acc);
         }
     }
 }

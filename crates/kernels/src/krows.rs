@@ -281,7 +281,7 @@ mod simd {
     use crate::block::Isa;
     use crate::dot4::{Pairs, Vnni};
     use crate::kquants::{BlockQ8K, QK_K};
-    use crate::lanes::{word, Lanes, Y256, Z512};
+    use crate::lanes::{k_accumulate_lanes, word, Lanes, Y256, Z512};
     use crate::tiling::{Job, RowKernel};
 
     /// How far ahead of its loads the kernel prefetches. Packs stream from memory at decode;
@@ -393,35 +393,6 @@ mod simd {
         }
     }
 
-    /// The float step of a super-block for every activation row, lane by lane:
-    /// `acc + ((d·dx)·sumi − (dmin·dx)·summ)` (`k_accumulate` with mins), or
-    /// `acc + (d·dx)·sumi` without (`dmin` `None`).
-    #[inline(always)]
-    unsafe fn finish<L: Lanes, const R: usize>(
-        d: L::F,
-        dmin: Option<L::F>,
-        xs: &[&[BlockQ8K]; R],
-        j: usize,
-        sumi: &[L::I; R],
-        summ: &[L::I; R],
-        acc: &mut [L::F; R],
-    ) {
-        // SAFETY: the features of `L`, as the caller promised.
-        unsafe {
-            for r in 0..R {
-                let dx = L::splat(xs[r][j].d);
-                let step = match dmin {
-                    Some(dmin) => L::sub(
-                        L::mul(L::mul(d, dx), L::cvt(sumi[r])),
-                        L::mul(L::mul(dmin, dx), L::cvt(summ[r])),
-                    ),
-                    None => L::mul(L::mul(d, dx), L::cvt(sumi[r])),
-                };
-                acc[r] = L::add(acc[r], step);
-            }
-        }
-    }
-
     /// One super-block column of a group, for lanes `lane0..lane0 + L::N`: its integer sums
     /// and the float step into `acc` (one vector per activation row).
     trait Step {
@@ -483,7 +454,7 @@ mod simd {
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
                 let dmin = L::load_h(p.dmin.as_ptr().add(lane0));
-                finish::<L, R>(d, Some(dmin), xs, j, &sumi, &summ, acc);
+                k_accumulate_lanes::<L, R>(d, Some(dmin), xs, j, &sumi, &summ, acc);
             }
         }
     }
@@ -510,6 +481,7 @@ mod simd {
                 let m4 = L::splat_i8(0x0F);
                 let m30 = L::splat_i8(0x30);
                 let mut sumi = [L::zero_i(); R];
+                let mut offs = [L::zero_i(); R];
                 for h in 0..2 {
                     for c0 in (0..8).step_by(run) {
                         // Values 128h + 32b + 4·c0 .. + 4·run: in group 8h + 2b + c0 / 4.
@@ -544,22 +516,21 @@ mod simd {
                             for r in 0..R {
                                 sumi[r] = L::scale_s(sumi[r], sb[r], sc);
                             }
+                            // The group's offset term, once per group (its first run).
+                            if c0 % 4 == 0 {
+                                for r in 0..R {
+                                    let b = L::splat_i(32 * xs[r][j].bsums[g] as i32);
+                                    offs[r] = L::mul_add(offs[r], sc, b);
+                                }
+                            }
                         }
-                    }
-                }
-                let mut offs = [L::zero_i(); R];
-                for g in 0..16 {
-                    let sc = L::load_i8(p.sc[g].as_ptr().add(lane0));
-                    for r in 0..R {
-                        let b = L::splat_i(32 * xs[r][j].bsums[g] as i32);
-                        offs[r] = L::mul_add(offs[r], sc, b);
                     }
                 }
                 for r in 0..R {
                     sumi[r] = L::sub_i(sumi[r], offs[r]);
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
-                finish::<L, R>(d, None, xs, j, &sumi, &offs, acc);
+                k_accumulate_lanes::<L, R>(d, None, xs, j, &sumi, &offs, acc);
             }
         }
     }

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
 use crate::dot4::Dot4;
-use crate::kquants::QK_K;
+use crate::kquants::{BlockQ8K, QK_K};
 
 /// Four bytes of `q` from `4c` as one little-endian i32.
 #[inline(always)]
@@ -321,5 +321,35 @@ impl<D: Dot4> Lanes for Y256<D> {
     unsafe fn load_h(p: *const u16) -> __m256 {
         // SAFETY: the caller passes 16 readable bytes.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+}
+
+/// [`crate::kquants::k_accumulate`]'s float step of super-block `j` for every activation
+/// row, lane by lane:
+/// `acc + ((d·dx)·sumi − (dmin·dx)·summ)` (`k_accumulate` with mins), or
+/// `acc + (d·dx)·sumi` without (`dmin` `None`).
+#[inline(always)]
+pub(crate) unsafe fn k_accumulate_lanes<L: Lanes, const R: usize>(
+    d: L::F,
+    dmin: Option<L::F>,
+    xs: &[&[BlockQ8K]; R],
+    j: usize,
+    sumi: &[L::I; R],
+    summ: &[L::I; R],
+    acc: &mut [L::F; R],
+) {
+    // SAFETY: the features of `L`, as the caller promised.
+    unsafe {
+        for r in 0..R {
+            let dx = L::splat(xs[r][j].d);
+            let step = match dmin {
+                Some(dmin) => L::sub(
+                    L::mul(L::mul(d, dx), L::cvt(sumi[r])),
+                    L::mul(L::mul(dmin, dx), L::cvt(summ[r])),
+                ),
+                None => L::mul(L::mul(d, dx), L::cvt(sumi[r])),
+            };
+            acc[r] = L::add(acc[r], step);
+        }
     }
 }
