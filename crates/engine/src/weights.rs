@@ -74,9 +74,10 @@ impl Matrix {
     /// are copied. On the AVX2 spellings the file's layout stays, for now: there the
     /// repacked kernel is faster from cache but a decode step was not faster
     /// (docs/PERFORMANCE.md, 2026-12-03 third session).
-    fn repack(&mut self, file: &GgufFile) {
+    fn repack(&mut self, file: &GgufFile, any_avx2: bool) {
         let ty_ok = matches!(self.ty, GgmlType::Q4_K | GgmlType::Q6_K);
-        if self.packed.is_some() || !ty_ok || !Isa::best().is_avx512() {
+        let isa = Isa::best();
+        if self.packed.is_some() || !ty_ok || !(isa.is_avx512() || any_avx2 && isa.is_avx2()) {
             return;
         }
         let data = self.view(file).data;
@@ -213,23 +214,25 @@ pub struct Weights {
 
 impl Weights {
     /// Repacks the layers' and the head's matrices for the lane-major K kernels where that
-    /// applies (see the module doc). `FERROX_KROWS=0` keeps the file's layout (for
-    /// side-by-side timing of the two; the bits are the same).
+    /// applies (see the module doc). `FERROX_KROWS=0` keeps the file's layout, `=1` repacks
+    /// on the AVX2 spellings too (both for side-by-side timing; the bits are the same).
     pub fn repack(&mut self, file: &GgufFile) {
-        if std::env::var("FERROX_KROWS").is_ok_and(|v| v == "0") {
+        let setting = std::env::var("FERROX_KROWS").unwrap_or_default();
+        if setting == "0" {
             return;
         }
+        let any_avx2 = setting == "1";
         for l in &mut self.layers {
             for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
-                m.repack(file);
+                m.repack(file, any_avx2);
             }
             if let Ffn::Dense { gate, up, down } = &mut l.ffn {
                 for m in [gate, up, down] {
-                    m.repack(file);
+                    m.repack(file, any_avx2);
                 }
             }
         }
-        self.output.repack(file);
+        self.output.repack(file, any_avx2);
     }
 
     pub fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Weights, EngineError> {

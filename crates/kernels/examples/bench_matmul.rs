@@ -171,6 +171,18 @@ fn main() {
         }
         return;
     }
+    if std::env::args().nth(2).as_deref() == Some("prefill") {
+        // A prefill step's K-quant matrices from cache, one thread, 128 activation rows:
+        // the 4B shape's FFN and attention widths.
+        for (ty, rows, cols) in [
+            (GgmlType::Q4_K, 1024, 2560),
+            (GgmlType::Q4_K, 256, 10_240),
+            (GgmlType::Q6_K, 256, 10_240),
+        ] {
+            compute_bound(ty, rows, cols, 128);
+        }
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("compute") {
         for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
             for n in [1, 4, 16, 64] {

@@ -137,6 +137,7 @@ impl KRows16 {
         let packs = match ty {
             GgmlType::Q4_K => {
                 let mut v = Vec::with_capacity(rows / GROUP * bpr);
+                crate::hugepages::advise(&v);
                 each(&mut |part| {
                     let blocks: &[BlockQ4K] = crate::block::as_blocks(part);
                     v.extend((0..bpr).map(|j| pack4(|i| &blocks[i * bpr + j])));
@@ -145,6 +146,7 @@ impl KRows16 {
             }
             GgmlType::Q6_K => {
                 let mut v = Vec::with_capacity(rows / GROUP * bpr);
+                crate::hugepages::advise(&v);
                 each(&mut |part| {
                     let blocks: &[BlockQ6K] = crate::block::as_blocks(part);
                     v.extend((0..bpr).map(|j| pack6(|i| &blocks[i * bpr + j])));

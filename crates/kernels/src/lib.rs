@@ -114,6 +114,7 @@ mod float;
 mod gemm16;
 #[cfg(target_arch = "x86_64")]
 mod gemm8;
+mod hugepages;
 mod iq_grids;
 mod iquants;
 #[cfg(target_arch = "x86_64")]
