@@ -68,6 +68,9 @@ mod tests {
         super::advise(&v);
         v.resize(64 << 20, 1);
         let kb = huge_kb_at(v.as_ptr() as usize + (32 << 20)).expect("mapping found");
-        assert!(kb >= 2048, "THP {mode}: no huge page under a 64 MB advised buffer");
+        assert!(
+            kb >= 2048,
+            "THP {mode}: no huge page under a 64 MB advised buffer"
+        );
     }
 }

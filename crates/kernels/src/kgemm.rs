@@ -31,7 +31,7 @@ use crate::kquants::{
     unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
 };
 use crate::kquants_avx2::q6k_values;
-use crate::lanes::{k_accumulate_lanes, word, Lanes, Y256, Z512};
+use crate::lanes::{bsum_pair, k_accumulate_lanes, word, Lanes, Y256, Z512};
 use crate::tiling::{Job, RowKernel};
 
 /// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
@@ -358,9 +358,7 @@ unsafe fn finish_superblock<L: Lanes, B: KPack, const R: usize>(
         for k in 0..8 {
             let b = L::load_i(p.bias[k].as_ptr().add(lane0));
             for r in 0..R {
-                let x = &xs[r][j].bsums;
-                let pair = (x[2 * k] as u16 as u32) | ((x[2 * k + 1] as u16 as u32) << 16);
-                bs[r] = L::dot2(bs[r], b, pair as i32);
+                bs[r] = L::dot2(bs[r], b, bsum_pair(&xs[r][j].bsums, k));
             }
         }
         let d = L::load_f(p.d.as_ptr().add(lane0));

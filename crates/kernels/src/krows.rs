@@ -283,7 +283,7 @@ mod simd {
     use crate::block::Isa;
     use crate::dot4::{Pairs, Vnni};
     use crate::kquants::{BlockQ8K, QK_K};
-    use crate::lanes::{k_accumulate_lanes, word, Lanes, Y256, Z512};
+    use crate::lanes::{bsum_pair, k_accumulate_lanes, word, Lanes, Y256, Z512};
     use crate::tiling::{Job, RowKernel};
 
     /// How far ahead of its loads the kernel prefetches. Packs stream from memory at decode;
@@ -299,10 +299,6 @@ mod simd {
     fn ahead(p: *const u8, span: usize) {
         crate::block::prefetch_span(p.wrapping_add(PREFETCH), span - 1);
     }
-
-    /// Most activation rows one pass over a group takes (their accumulators stay in
-    /// registers).
-    const MAX_R: usize = 4;
 
     pub(super) struct Kernel<'a> {
         pub m: &'a KRows16,
@@ -334,14 +330,18 @@ mod simd {
             for r in 0..job.n() {
                 assert!(job.row(r).len() >= bpr, "activation row too short");
             }
+            // Activation rows per pass: eight where 32 registers hold their sums (AVX-512), four
+            // in AVX2's sixteen.
+            let max_r = if self.isa.is_avx512() { 8 } else { 4 };
             for g in o0 / GROUP..o1 / GROUP {
                 let mut r = 0;
                 while r < job.n() {
-                    r += match job.n() - r {
+                    r += match (job.n() - r).min(max_r) {
                         1 => self.group::<1>(job, r, g),
                         2 => self.group::<2>(job, r, g),
                         3 => self.group::<3>(job, r, g),
-                        _ => self.group::<MAX_R>(job, r, g),
+                        4..=7 => self.group::<4>(job, r, g),
+                        _ => self.group::<8>(job, r, g),
                     };
                 }
             }
@@ -424,34 +424,27 @@ mod simd {
             // every pointer is into an array of GROUP lanes at `lane0 + L::N <= GROUP`.
             unsafe {
                 let m4 = L::splat_i8(0x0F);
+                let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][j]);
                 let mut sumi = [L::zero_i(); R];
                 for t in 0..4 {
-                    let mut lo = [L::zero_i(); R];
-                    let mut hi = [L::zero_i(); R];
-                    for c in 0..8 {
-                        if lane0 == 0 {
-                            ahead(p.q[8 * t + c].as_ptr(), 64);
-                        }
-                        let v = L::load_i(p.q[8 * t + c].as_ptr().add(4 * lane0).cast());
-                        let (l, h) = (L::and(v, m4), L::and(L::srl16::<4>(v), m4));
-                        for r in 0..R {
-                            lo[r] = L::dot_s(lo[r], l, word(&xs[r][j].qs, 16 * t + c));
-                            hi[r] = L::dot_s(hi[r], h, word(&xs[r][j].qs, 16 * t + 8 + c));
-                        }
-                    }
-                    let sl = L::load_u8(p.sc[2 * t].as_ptr().add(lane0));
-                    let sh = L::load_u8(p.sc[2 * t + 1].as_ptr().add(lane0));
-                    for r in 0..R {
-                        sumi[r] = L::scale_s(L::scale_s(sumi[r], lo[r], sl), hi[r], sh);
+                    // Sub-blocks 2t (low nibbles) and 2t + 1 (high) from one pass over their
+                    // vectors; past four rows, one after the other (the vectors loaded twice,
+                    // from L1), so that eight rows' sums fit in registers beside `sumi`, `acc`.
+                    if R <= 4 {
+                        sub_blocks4::<L, R, 0, 2>(p, lane0, &x, t, m4, &mut sumi);
+                    } else {
+                        sub_blocks4::<L, R, 0, 1>(p, lane0, &x, t, m4, &mut sumi);
+                        sub_blocks4::<L, R, 1, 1>(p, lane0, &x, t, m4, &mut sumi);
                     }
                 }
+                // The mins against the activations' 16-value block sums, two to a lane:
+                // sub-block s's min in both i16 halves meets block sums 2s and 2s + 1.
                 let mut summ = [L::zero_i(); R];
                 for s in 0..8 {
                     let mn = L::load_u8(p.mn[s].as_ptr().add(lane0));
+                    let mn2 = L::or(mn, L::sll32::<16>(mn));
                     for r in 0..R {
-                        let b = &xs[r][j].bsums;
-                        let bsum = L::splat_i(b[2 * s] as i32 + b[2 * s + 1] as i32);
-                        summ[r] = L::mul_add(summ[r], mn, bsum);
+                        summ[r] = L::dot2(summ[r], mn2, bsum_pair(&xs[r][j].bsums, s));
                     }
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
@@ -461,8 +454,53 @@ mod simd {
         }
     }
 
+    /// Sub-blocks `2t + H0 .. 2t + H0 + NH` of a Q4_K pack (`2t`: the low nibbles, `2t + 1`:
+    /// the high ones) times rows `x`, scaled into `sumi` in that order.
+    ///
+    /// # Safety
+    /// The features of `L`; `lane0 + L::N <= GROUP`; `H0 + NH <= 2`.
+    #[inline(always)]
+    unsafe fn sub_blocks4<L: Lanes, const R: usize, const H0: usize, const NH: usize>(
+        p: &Pack4,
+        lane0: usize,
+        x: &[&BlockQ8K; R],
+        t: usize,
+        m4: L::I,
+        sumi: &mut [L::I; R],
+    ) {
+        // SAFETY: as the caller promised; the pointers are into arrays of GROUP lanes.
+        unsafe {
+            let mut dot = [[L::zero_i(); R]; NH];
+            for c in 0..8 {
+                let q = p.q[8 * t + c].as_ptr();
+                if lane0 == 0 && H0 == 0 {
+                    ahead(q, 64);
+                }
+                let v = L::load_i(q.add(4 * lane0).cast());
+                for (i, dot) in dot.iter_mut().enumerate() {
+                    let high = H0 + i == 1;
+                    let w = if high {
+                        L::and(L::srl16::<4>(v), m4)
+                    } else {
+                        L::and(v, m4)
+                    };
+                    let k = 16 * t + 8 * usize::from(high) + c;
+                    for r in 0..R {
+                        dot[r] = L::dot_s(dot[r], w, word(&x[r].qs, k));
+                    }
+                }
+            }
+            for (i, dot) in dot.iter().enumerate() {
+                let sc = L::load_u8(p.sc[2 * t + H0 + i].as_ptr().add(lane0));
+                for r in 0..R {
+                    sumi[r] = L::scale_s(sumi[r], dot[r], sc);
+                }
+            }
+        }
+    }
+
     /// Q6_K. The stored quants are `u = q + 32`; the offset comes back out through the
-    /// activations' block sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − Σ_g 32·sc_g·bsum_g`.
+    /// activations' block sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − 32 Σ_g sc_g·bsum_g`.
     impl Step for Pack6 {
         #[inline(always)]
         unsafe fn step<L: Lanes, const R: usize>(
@@ -480,59 +518,94 @@ mod simd {
             // SAFETY (every intrinsic below): the features of `L`, as the caller promised;
             // every pointer is into an array of GROUP lanes at `lane0 + L::N <= GROUP`.
             unsafe {
-                let m4 = L::splat_i8(0x0F);
-                let m30 = L::splat_i8(0x30);
+                let x: [&BlockQ8K; R] = std::array::from_fn(|r| &xs[r][j]);
                 let mut sumi = [L::zero_i(); R];
-                let mut offs = [L::zero_i(); R];
                 for h in 0..2 {
-                    for c0 in (0..8).step_by(run) {
-                        // Values 128h + 32b + 4·c0 .. + 4·run: in group 8h + 2b + c0 / 4.
-                        let mut s = [[L::zero_i(); R]; 4];
-                        for c in c0..c0 + run {
-                            let t = &p.q[8 * h + c];
-                            if lane0 == 0 {
-                                ahead(t.as_ptr().cast(), 3 * 64);
-                            }
-                            let at = |m: usize| t[m].as_ptr().add(4 * lane0).cast::<i32>();
-                            let (l0, l1, hq) =
-                                (L::load_i(at(0)), L::load_i(at(1)), L::load_i(at(2)));
-                            let u = [
-                                L::or(L::and(l0, m4), L::and(L::sll16::<4>(hq), m30)),
-                                L::or(L::and(l1, m4), L::and(L::sll16::<2>(hq), m30)),
-                                L::or(L::and(L::srl16::<4>(l0), m4), L::and(hq, m30)),
-                                L::or(
-                                    L::and(L::srl16::<4>(l1), m4),
-                                    L::and(L::srl16::<2>(hq), m30),
-                                ),
-                            ];
-                            for b in 0..4 {
-                                for r in 0..R {
-                                    let x = word(&xs[r][j].qs, 32 * h + 8 * b + c);
-                                    s[b][r] = L::dot_s(s[b][r], u[b], x);
-                                }
-                            }
-                        }
-                        for (b, sb) in s.iter().enumerate() {
-                            let g = 8 * h + 2 * b + c0 / 4;
-                            let sc = L::load_i8(p.sc[g].as_ptr().add(lane0));
-                            for r in 0..R {
-                                sumi[r] = L::scale_s(sumi[r], sb[r], sc);
-                            }
-                            // The group's offset term, once per group (its first run).
-                            if c0 % 4 == 0 {
-                                for r in 0..R {
-                                    let b = L::splat_i(32 * xs[r][j].bsums[g] as i32);
-                                    offs[r] = L::mul_add(offs[r], sc, b);
-                                }
-                            }
-                        }
+                    // All four value slices of each chunk from one load of its vectors; past
+                    // four rows, one slice at a time (the vectors loaded again from L1), so
+                    // that eight rows' sums fit in registers.
+                    if R <= 4 {
+                        slices6::<L, R, 0, 4>(p, lane0, &x, h, run, &mut sumi);
+                    } else {
+                        slices6::<L, R, 0, 1>(p, lane0, &x, h, run, &mut sumi);
+                        slices6::<L, R, 1, 1>(p, lane0, &x, h, run, &mut sumi);
+                        slices6::<L, R, 2, 1>(p, lane0, &x, h, run, &mut sumi);
+                        slices6::<L, R, 3, 1>(p, lane0, &x, h, run, &mut sumi);
+                    }
+                }
+                // The offset term, two groups to a lane: scales 2k and 2k + 1 as the i16
+                // halves, against block sums 2k and 2k + 1; times 32 at the end.
+                let lo16 = L::splat_i(0xFFFF);
+                let mut offs = [L::zero_i(); R];
+                for k in 0..8 {
+                    let s0 = L::load_i8(p.sc[2 * k].as_ptr().add(lane0));
+                    let s1 = L::load_i8(p.sc[2 * k + 1].as_ptr().add(lane0));
+                    let sc2 = L::or(L::and(s0, lo16), L::sll32::<16>(s1));
+                    for r in 0..R {
+                        offs[r] = L::dot2(offs[r], sc2, bsum_pair(&xs[r][j].bsums, k));
                     }
                 }
                 for r in 0..R {
+                    offs[r] = L::sll32::<5>(offs[r]);
                     sumi[r] = L::sub_i(sumi[r], offs[r]);
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
                 k_accumulate_lanes::<L, R>(d, None, xs, j, &sumi, &offs, acc);
+            }
+        }
+    }
+
+    /// Value slices `B0 .. B0 + NB` (slice b: values `128h + 32b ..` of each chunk) of half
+    /// `h` of a Q6_K pack times rows `x`, a run of `run` chunks per scale step, scaled into
+    /// `sumi`.
+    ///
+    /// # Safety
+    /// The features of `L`; `lane0 + L::N <= GROUP`; `B0 + NB <= 4`.
+    #[inline(always)]
+    unsafe fn slices6<L: Lanes, const R: usize, const B0: usize, const NB: usize>(
+        p: &Pack6,
+        lane0: usize,
+        x: &[&BlockQ8K; R],
+        h: usize,
+        run: usize,
+        sumi: &mut [L::I; R],
+    ) {
+        // SAFETY: as the caller promised; the pointers are into arrays of GROUP lanes.
+        unsafe {
+            let m4 = L::splat_i8(0x0F);
+            let m30 = L::splat_i8(0x30);
+            for c0 in (0..8).step_by(run) {
+                // Values 128h + 32b + 4·c0 .. + 4·run: in group 8h + 2b + c0 / 4.
+                let mut s = [[L::zero_i(); R]; NB];
+                for c in c0..c0 + run {
+                    let t = &p.q[8 * h + c];
+                    if lane0 == 0 && B0 == 0 {
+                        ahead(t.as_ptr().cast(), 3 * 64);
+                    }
+                    let at = |m: usize| L::load_i(t[m].as_ptr().add(4 * lane0).cast());
+                    for (i, s) in s.iter_mut().enumerate() {
+                        let u = match B0 + i {
+                            0 => L::or(L::and(at(0), m4), L::and(L::sll16::<4>(at(2)), m30)),
+                            1 => L::or(L::and(at(1), m4), L::and(L::sll16::<2>(at(2)), m30)),
+                            2 => L::or(L::and(L::srl16::<4>(at(0)), m4), L::and(at(2), m30)),
+                            _ => L::or(
+                                L::and(L::srl16::<4>(at(1)), m4),
+                                L::and(L::srl16::<2>(at(2)), m30),
+                            ),
+                        };
+                        for r in 0..R {
+                            let k = 32 * h + 8 * (B0 + i) + c;
+                            s[r] = L::dot_s(s[r], u, word(&x[r].qs, k));
+                        }
+                    }
+                }
+                for (i, s) in s.iter().enumerate() {
+                    let g = 8 * h + 2 * (B0 + i) + c0 / 4;
+                    let sc = L::load_i8(p.sc[g].as_ptr().add(lane0));
+                    for r in 0..R {
+                        sumi[r] = L::scale_s(sumi[r], s[r], sc);
+                    }
+                }
             }
         }
     }

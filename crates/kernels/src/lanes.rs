@@ -20,6 +20,13 @@ pub(crate) fn word(q: &[i8; QK_K], c: usize) -> i32 {
     i32::from_le_bytes(b.map(|v| v as u8))
 }
 
+/// Block sums `2k` and `2k + 1` of an activation super-block as one i32 of two i16 halves
+/// (the `x` of [`Lanes::dot2`]).
+#[inline(always)]
+pub(crate) fn bsum_pair(bsums: &[i16; 16], k: usize) -> i32 {
+    ((bsums[2 * k] as u16 as u32) | ((bsums[2 * k + 1] as u16 as u32) << 16)) as i32
+}
+
 /// A vector of per-weight-row lanes: the operations the kernel body needs, 512 or 256 bits.
 pub(crate) trait Lanes {
     type I: Copy;
@@ -59,6 +66,8 @@ pub(crate) trait Lanes {
     /// Every 16-bit word shifted right (left) by `S`.
     unsafe fn srl16<const S: i32>(a: Self::I) -> Self::I;
     unsafe fn sll16<const S: i32>(a: Self::I) -> Self::I;
+    /// Each i32 lane shifted left by `S`.
+    unsafe fn sll32<const S: i32>(a: Self::I) -> Self::I;
     unsafe fn splat_i8(v: i8) -> Self::I;
     unsafe fn splat_i(v: i32) -> Self::I;
     /// `N` bytes from `p` (a byte per row), zero- or sign-extended to the i32 lanes.
@@ -110,7 +119,8 @@ impl Lanes for Z512 {
     }
     #[inline(always)]
     unsafe fn dot2(acc: __m512i, w: __m512i, x: i32) -> __m512i {
-        _mm512_add_epi32(acc, _mm512_madd_epi16(w, _mm512_set1_epi32(x)))
+        // `vpdpwssd`: the same exact sums as `madd` + add (it does not saturate).
+        _mm512_dpwssd_epi32(acc, w, _mm512_set1_epi32(x))
     }
     #[inline(always)]
     unsafe fn mul_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
@@ -161,6 +171,10 @@ impl Lanes for Z512 {
     #[inline(always)]
     unsafe fn sll16<const S: i32>(a: __m512i) -> __m512i {
         _mm512_sll_epi16(a, _mm_cvtsi32_si128(S))
+    }
+    #[inline(always)]
+    unsafe fn sll32<const S: i32>(a: __m512i) -> __m512i {
+        _mm512_sll_epi32(a, _mm_cvtsi32_si128(S))
     }
     #[inline(always)]
     unsafe fn splat_i8(v: i8) -> __m512i {
@@ -298,6 +312,10 @@ impl<D: Dot4> Lanes for Y256<D> {
     #[inline(always)]
     unsafe fn sll16<const S: i32>(a: __m256i) -> __m256i {
         _mm256_slli_epi16::<S>(a)
+    }
+    #[inline(always)]
+    unsafe fn sll32<const S: i32>(a: __m256i) -> __m256i {
+        _mm256_slli_epi32::<S>(a)
     }
     #[inline(always)]
     unsafe fn splat_i8(v: i8) -> __m256i {
