@@ -32,7 +32,8 @@
 //!   activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
 //! - `krows`: [`KRows16`], a Q4_K or Q6_K matrix repacked sixteen rows at a time, still
 //!   packed, lane-major (a loaded model's Q4_K and Q6_K matrices on AVX-512 hosts); `lanes`: the
-//!   per-row-lane vector operations `kgemm` and `krows` are written over.
+//!   per-row-lane vector operations `kgemm` and `krows` are written over; `hugepages`: asks
+//!   for transparent huge pages under the repacked copies, which decode streams.
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
 //! - `rows8`: [`Q8Rows8`], a Q8_0 matrix repacked eight rows at a time (the output head).
