@@ -14,7 +14,9 @@
 //! reuse the group from L1.
 //! The copy has the original's size (34 bytes per block); it replaces the file's pages in RSS
 //! (the caller releases them as it repacks); it is used only where it pays: Q8_0 matrices
-//! with a multiple of eight rows.
+//! with a multiple of eight rows. Its quants ask for transparent huge pages (`hugepages`):
+//! the default model's tg128 on Zen 4 went from 98.8, 87.6, 87.0, 100.5 to 105.6, 98.3,
+//! 97.5, 92.5 (interleaved, 2026-12-03).
 //!
 //! Numbers: the head has its own summation order, one float step per block: each
 //! (weight row, block) contributes its exact integer dot `p` as `acc = fma(d dx, p, acc)`,
@@ -97,6 +99,7 @@ impl Q8Rows8 {
         let groups = rows / GROUP;
         let mut scales = Vec::with_capacity(groups * bpr);
         let mut chunks = Vec::with_capacity(groups * bpr);
+        crate::hugepages::advise(&chunks);
         // About 4 MB of the source per chunk.
         let chunk_groups = ((4 << 20) / (GROUP * row_bytes)).max(1);
         let mut g = 0;
