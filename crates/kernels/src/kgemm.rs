@@ -31,7 +31,7 @@ use crate::kquants::{
     unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
 };
 use crate::kquants_avx2::q6k_values;
-use crate::lanes::{bsum_pair, k_accumulate_lanes, word, Lanes, Y256, Z512};
+use crate::lanes::{dot_bsums, k_accumulate_lanes, word, Lanes, Y256, Z512};
 use crate::tiling::{Job, RowKernel};
 
 /// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
@@ -357,9 +357,7 @@ unsafe fn finish_superblock<L: Lanes, B: KPack, const R: usize>(
         let mut bs = [L::zero_i(); R];
         for k in 0..8 {
             let b = L::load_i(p.bias[k].as_ptr().add(lane0));
-            for r in 0..R {
-                bs[r] = L::dot2(bs[r], b, bsum_pair(&xs[r][j].bsums, k));
-            }
+            dot_bsums::<L, R>(&mut bs, b, xs, j, k);
         }
         let d = L::load_f(p.d.as_ptr().add(lane0));
         if B::HAS_MIN {

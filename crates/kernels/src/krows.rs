@@ -291,7 +291,7 @@ mod simd {
     use crate::block::Isa;
     use crate::dot4::{Pairs, Vnni};
     use crate::kquants::{BlockQ8K, QK_K};
-    use crate::lanes::{bsum_pair, k_accumulate_lanes, word, Lanes, Y256, Z512};
+    use crate::lanes::{dot_bsums, k_accumulate_lanes, word, Lanes, Y256, Z512};
     use crate::tiling::{Job, RowKernel};
 
     /// How far ahead of its loads the kernel prefetches. Packs stream from memory at decode;
@@ -451,9 +451,7 @@ mod simd {
                 for s in 0..8 {
                     let mn = L::load_u8(p.mn[s].as_ptr().add(lane0));
                     let mn2 = L::or(mn, L::sll32::<16>(mn));
-                    for r in 0..R {
-                        summ[r] = L::dot2(summ[r], mn2, bsum_pair(&xs[r][j].bsums, s));
-                    }
+                    dot_bsums::<L, R>(&mut summ, mn2, xs, j, s);
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
                 let dmin = L::load_h(p.dmin.as_ptr().add(lane0));
@@ -549,9 +547,7 @@ mod simd {
                     let s0 = L::load_i8(p.sc[2 * k].as_ptr().add(lane0));
                     let s1 = L::load_i8(p.sc[2 * k + 1].as_ptr().add(lane0));
                     let sc2 = L::or(L::and(s0, lo16), L::sll32::<16>(s1));
-                    for r in 0..R {
-                        offs[r] = L::dot2(offs[r], sc2, bsum_pair(&xs[r][j].bsums, k));
-                    }
+                    dot_bsums::<L, R>(&mut offs, sc2, xs, j, k);
                 }
                 for r in 0..R {
                     offs[r] = L::sll32::<5>(offs[r]);
