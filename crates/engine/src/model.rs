@@ -56,6 +56,9 @@ pub struct Model {
     /// a decode step of the default model reads, and the repacked kernel streams it ~1.5x
     /// faster; see `ferrox_kernels::Q8Rows8`). Its file pages are released as it is built.
     head_rows8: Option<Q8Rows8>,
+    /// Bytes of weights copied out of the mapped file onto huge pages at load
+    /// (`Weights::copy_to_huge_pages`).
+    copied_bytes: usize,
     tokenizer: Tokenizer,
     /// Shared between models when a server holds several (`Model::load_in`): the pool runs
     /// one loop at a time, so two models stepping together take turns on the machine's
@@ -123,7 +126,7 @@ impl Model {
     /// [`Model::from_gguf`] on a shared pool.
     pub fn from_gguf_in(mut file: GgufFile, pool: Arc<ThreadPool>) -> Result<Model, EngineError> {
         let config = ModelConfig::from_gguf(&file)?;
-        let body = if config.arch.is_encoder() {
+        let mut body = if config.arch.is_encoder() {
             Body::Encoder(EncoderWeights::bind(&file, &config)?)
         } else {
             let mut weights = Weights::bind(&file, &config)?;
@@ -153,6 +156,10 @@ impl Model {
                 Q8Rows8::repack(data, rows, cols, |done| file.release(&data[done]))
             }
             _ => None,
+        };
+        let copied = match &mut body {
+            Body::Decoder(weights) => weights.copy_to_huge_pages(&file, head_rows8.is_some()),
+            Body::Encoder(_) => 0,
         };
         // Frequency factors (one per rotated pair, the same for every layer) divide each
         // pair's frequency, as llama.cpp's rope does: Llama 3.1's `rope_freqs.weight`, or
@@ -191,6 +198,7 @@ impl Model {
             config,
             body,
             head_rows8,
+            copied_bytes: copied,
             tokenizer,
             pool,
             freqs_global,
@@ -198,6 +206,11 @@ impl Model {
             scratch: Mutex::new(Scratch::default()),
             _trim: TrimOnDrop,
         })
+    }
+
+    /// Bytes of weights read from a copy on huge pages rather than from the mapped file.
+    pub fn copied_bytes(&self) -> usize {
+        self.copied_bytes
     }
 
     pub fn config(&self) -> &ModelConfig {

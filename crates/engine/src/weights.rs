@@ -1,11 +1,13 @@
 //! The model's tensors, bound by name and checked against the config at load.
 //!
-//! Weights stay in the memory-mapped file: a [`Matrix`] records where its bytes are, and the
-//! forward pass borrows them per call. Only the small F32 norm vectors are copied out, and,
-//! on AVX-512 hosts, the Q4_K and Q6_K matrices of the decoder's layers and head, repacked
-//! sixteen rows at a time ([`Weights::repack`]; `ferrox_kernels::KRows16`): a layout the
-//! kernel multiplies ~3x faster from cache. Their file pages are released as they are copied, so
-//! the model stays resident once.
+//! A [`Matrix`] records where its bytes are in the memory-mapped file, and the forward pass
+//! borrows them per call. Only the small F32 norm vectors are copied out at bind time. After
+//! binding, on AVX-512 hosts, the Q4_K and Q6_K matrices of the decoder's layers and head are
+//! repacked sixteen rows at a time ([`Weights::repack`]; `ferrox_kernels::KRows16`): a layout
+//! the kernel multiplies ~3x faster from cache. What is left in the file's layout is copied
+//! into one buffer on huge pages ([`Weights::copy_to_huge_pages`]), because a decode step
+//! streams it from memory and a mapped file's pages are 4 KB. Either way the file's pages are
+//! released as they are copied, so the model stays resident once.
 
 use ferrox_gguf::{GgmlType, GgufFile, TensorInfo};
 use std::sync::Arc;
@@ -32,16 +34,20 @@ pub struct Matrix {
     /// The matrix repacked for the lane-major K kernels, once [`Matrix::repack`] made it;
     /// the file's bytes are then read only by code that wants single rows.
     packed: Option<Arc<KRows16>>,
+    /// Where the matrix's bytes sit in the weights' copy on huge pages, once
+    /// [`Weights::copy_to_huge_pages`] made it; read in place of the file's.
+    copy: Option<(Arc<Vec<u8>>, std::ops::Range<usize>)>,
 }
 
 impl Matrix {
     /// The kernel view of this matrix over `file`'s bytes.
-    pub fn view<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
-        let data = file.tensor_data(&file.tensors()[self.index]);
-        let start = self.first_row * self.row_bytes;
+    pub fn view<'a>(&'a self, file: &'a GgufFile) -> QMatrix<'a> {
         QMatrix {
             ty: self.ty,
-            data: &data[start..start + self.rows * self.row_bytes],
+            data: match &self.copy {
+                Some((buf, range)) => &buf[range.clone()],
+                None => self.file_bytes(file),
+            },
             rows: self.rows,
             cols: self.cols,
         }
@@ -80,11 +86,18 @@ impl Matrix {
         if self.packed.is_some() || !ty_ok || !(isa.is_avx512() || any_avx2 && isa.is_avx2()) {
             return;
         }
-        let data = self.view(file).data;
+        let data = self.file_bytes(file);
         self.packed = KRows16::repack(self.ty, data, self.rows, self.cols, |done| {
             file.release(&data[done])
         })
         .map(Arc::new);
+    }
+
+    /// This matrix's bytes in the file.
+    fn file_bytes<'a>(&self, file: &'a GgufFile) -> &'a [u8] {
+        let data = file.tensor_data(&file.tensors()[self.index]);
+        let start = self.first_row * self.row_bytes;
+        &data[start..start + self.rows * self.row_bytes]
     }
 
     /// Bytes of one row (a whole number of blocks by construction).
@@ -99,8 +112,9 @@ impl Matrix {
             name: format!("{}[{first}..{}]", self.name, first + n),
             rows: n,
             first_row: self.first_row + first,
-            // A part of the file's tensor, not of a repacked copy.
+            // A part of the file's tensor, not of a repacked or huge-page copy.
             packed: None,
+            copy: None,
             ..self.clone()
         }
     }
@@ -190,7 +204,7 @@ pub struct Experts {
 
 impl Experts {
     /// Expert `e`'s matrix over `file`'s bytes.
-    pub fn view<'a>(&self, file: &'a GgufFile, e: usize) -> QMatrix<'a> {
+    pub fn view<'a>(&'a self, file: &'a GgufFile, e: usize) -> QMatrix<'a> {
         let all = self.all.view(file);
         let bytes = self.rows * self.all.row_bytes();
         QMatrix {
@@ -233,6 +247,49 @@ impl Weights {
             }
         }
         self.output.repack(file, any_avx2);
+    }
+
+    /// Copies the dense layers' matrices that [`Weights::repack`] left in the file's layout
+    /// (and the head too, unless `head_elsewhere`: the caller holds its own layout of it)
+    /// onto huge pages, releasing their file pages as they go; returns the bytes copied.
+    ///
+    /// Why: a decode step streams every weight once, and a mapped file's pages are 4 KB
+    /// page-cache pages that transparent huge pages do not reach, so every 4 KB of every
+    /// stream is a TLB miss. On an AMD Zen 4 host, the AVX2 spelling's 4B-shape decode
+    /// (file layout throughout) ran faster from the copy in each of 14 interleaved pairs, by
+    /// 1.01–1.29x, median ~1.05 (docs/PERFORMANCE.md). Only on a mapped file (a file read into
+    /// memory is anonymous already) and where the kernel offers huge pages; MoE experts
+    /// stay mapped (tens of gigabytes, read sparsely). `FERROX_COPY_WEIGHTS=0` turns it off.
+    pub fn copy_to_huge_pages(&mut self, file: &GgufFile, head_elsewhere: bool) -> usize {
+        if !file.is_mapped()
+            || !ferrox_kernels::huge_pages_available()
+            || std::env::var("FERROX_COPY_WEIGHTS").is_ok_and(|v| v == "0")
+        {
+            return 0;
+        }
+        let mut ms: Vec<&mut Matrix> = Vec::new();
+        for l in &mut self.layers {
+            ms.extend([&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo]);
+            if let Ffn::Dense { gate, up, down } = &mut l.ffn {
+                ms.extend([gate, up, down]);
+            }
+        }
+        if !head_elsewhere {
+            ms.push(&mut self.output);
+        }
+        ms.retain(|m| m.packed.is_none());
+        let parts: Vec<&[u8]> = ms.iter().map(|m| m.file_bytes(file)).collect();
+        let (buf, ranges) =
+            ferrox_kernels::copy_to_huge_pages(&parts, |i, done| file.release(&parts[i][done]));
+        let (buf, bytes) = (Arc::new(buf), parts.iter().map(|p| p.len()).sum());
+        for (m, range) in ms.into_iter().zip(ranges) {
+            m.copy = Some((Arc::clone(&buf), range));
+        }
+        if !head_elsewhere && self.token_embd.name == self.output.name {
+            // Tied: token rows are read from the same copy (the file's pages are gone).
+            self.token_embd.copy = self.output.copy.clone();
+        }
+        bytes
     }
 
     pub fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Weights, EngineError> {
@@ -435,6 +492,7 @@ fn tensor(
         row_bytes: n_bytes / rows,
         first_row: 0,
         packed: None,
+        copy: None,
     })
 }
 

@@ -363,3 +363,38 @@ fn quantized_kv_is_batch_and_chunk_invariant_and_q8_0_close_to_f16() {
         "top-1 kept at only {same} of {rows} positions"
     );
 }
+
+/// A mapped file's dense matrices are read from a copy on huge pages
+/// (`Weights::copy_to_huge_pages`): the logits equal those of the same file read into memory,
+/// which is never copied. Tied and untied heads, the file layout's types and a K-quant.
+#[test]
+fn weights_copied_to_huge_pages_give_the_same_logits() {
+    let dir = std::env::temp_dir().join(format!("ferrox-copy-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (arch, untied) in [(Arch::Gemma3, false), (Arch::Llama, true)] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
+            let mut spec = SyntheticSpec::tiny(arch, 13).quantized(ty);
+            spec.untied_output = untied;
+            let bytes = synthetic::build_gguf(&spec);
+            let path = dir.join(format!("{arch:?}-{}.gguf", ty.name()));
+            std::fs::write(&path, &bytes).unwrap();
+            let mapped = Model::load(&path, 2).unwrap();
+            let owned = synthetic::load(&spec, 2).unwrap();
+            assert_eq!(owned.copied_bytes(), 0, "a file in memory is not copied");
+            // On AVX-512 every Q4_K matrix is repacked instead (`KRows16`).
+            let repacked = ty == GgmlType::Q4_K && ferrox_kernels::Isa::best().is_avx512();
+            if ferrox_kernels::huge_pages_available() && !repacked {
+                assert!(
+                    mapped.copied_bytes() > 0,
+                    "{arch:?} {ty:?}: nothing was copied"
+                );
+            }
+            let ps = prompts(&[11, 4], 320);
+            assert!(
+                run(&mapped, &ps, 5, 3, true) == run(&owned, &ps, 5, 3, true),
+                "{arch:?} {ty:?}: the copy changes the logits"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -157,6 +157,7 @@ pub use float::{
     axpy_f16_f32, axpy_f16_f32_isa, dot_f16_f32, dot_f16_f32_isa, dot_f32, dot_f32_isa,
     f32_to_f16_slice, f32_to_f16_slice_isa, Bf16Le, F16Le, F32Le,
 };
+pub use hugepages::{copy_to_huge_pages, huge_pages_available};
 pub use iquants::{
     BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockTq1_0,
     BlockTq2_0,

@@ -458,6 +458,11 @@ impl Registry {
         }
         let model = Model::load_in(path, Arc::clone(self.pool()))
             .map_err(|e| load_failed(id, path, e.to_string()))?;
+        tracing::info!(
+            model = %id,
+            huge_page_copy_bytes = model.copied_bytes(),
+            "weights placed"
+        );
         let g = self
             .start(Arc::new(model), id)
             .map_err(|reason| load_failed(id, path, reason))?;
