@@ -236,15 +236,8 @@ impl Weights {
             return;
         }
         let any_avx2 = setting == "1";
-        for l in &mut self.layers {
-            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
-                m.repack(file, any_avx2);
-            }
-            if let Ffn::Dense { gate, up, down } = &mut l.ffn {
-                for m in [gate, up, down] {
-                    m.repack(file, any_avx2);
-                }
-            }
+        for m in layer_matrices(&mut self.layers) {
+            m.repack(file, any_avx2);
         }
         self.output.repack(file, any_avx2);
     }
@@ -267,13 +260,7 @@ impl Weights {
         {
             return 0;
         }
-        let mut ms: Vec<&mut Matrix> = Vec::new();
-        for l in &mut self.layers {
-            ms.extend([&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo]);
-            if let Ffn::Dense { gate, up, down } = &mut l.ffn {
-                ms.extend([gate, up, down]);
-            }
-        }
+        let mut ms = layer_matrices(&mut self.layers);
         if !head_elsewhere {
             ms.push(&mut self.output);
         }
@@ -494,6 +481,18 @@ fn tensor(
         packed: None,
         copy: None,
     })
+}
+
+/// Every dense layer's matrices: Q, K, V, O and the FFN's gate, up and down.
+fn layer_matrices(layers: &mut [LayerWeights]) -> Vec<&mut Matrix> {
+    let mut ms: Vec<&mut Matrix> = Vec::new();
+    for l in layers {
+        ms.extend([&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo]);
+        if let Ffn::Dense { gate, up, down } = &mut l.ffn {
+            ms.extend([gate, up, down]);
+        }
+    }
+    ms
 }
 
 /// Reads an optional 2-D table of `rows` rows of `cols` values (GGUF dims `[cols, rows]`)
