@@ -30,7 +30,8 @@
 //! Why this shape: the K/V rows are read straight from the f16 cache (F16C widens them in
 //! registers; no widened copy), the tile's queries reuse each key block while it is in L1/L2,
 //! and the kernels handle the 4 query heads that share a Gemma 3 KV head together, so each
-//! key/value load feeds 4 (scores: 8) FMAs. Tiles are handed out longest first (the last
+//! key/value load feeds 4 (scores: 8) FMAs. Two queries that see the same whole key block go
+//! to the kernels as one call of twice the rows (AVX-512 runs eight rows per pass). Tiles are handed out longest first (the last
 //! tiles of a causal prefill see the most keys) so the two threads finish together.
 //!
 //! Measured 2026-11-30 on the shared 2-vCPU Zen 3 (AVX2/F16C), Gemma 3 270M q4_K_M, perf
@@ -307,27 +308,58 @@ impl Job<'_> {
                 prefetch_span(k[g * kh..].as_ptr().cast(), kh * size_of::<K>());
                 prefetch_span(v[g * vh..].as_ptr().cast(), vh * size_of::<V>());
             }
+            // Each query's keys in this block, `a..e`.
+            let mut seen = [(0, 0); TILE];
             for (i, r) in tile.clone().enumerate() {
                 let pos = queries[r].pos;
-                let a = b_start.max(lowest_pos(&shape, pos));
-                let e = (b_start + KEY_BLOCK).min(pos + 1);
+                seen[i] = (
+                    b_start.max(lowest_pos(&shape, pos)),
+                    (b_start + KEY_BLOCK).min(pos + 1),
+                );
+            }
+            let mut i = 0;
+            while i < tile.len() {
+                let (a, e) = seen[i];
                 if a >= e {
+                    i += 1;
                     continue;
                 }
-                let rows = i * group..(i + 1) * group;
-                let q_g = &q[r * q_dim + g * group * hd..][..group * hd];
+                // Two queries that see the same whole block run as one call of twice the rows
+                // (the AVX-512 kernels widen each key and value row once for both); every
+                // number of each is the same either way.
+                let count = if e - a == KEY_BLOCK && i + 1 < tile.len() && seen[i + 1] == (a, e) {
+                    2
+                } else {
+                    1
+                };
+                let r = tile.start + i;
+                let rows = i * group..(i + count) * group;
                 let keys = &k_rows[a - b_start..e - b_start];
                 let n = keys.len();
-                s.scores.resize(group * n, 0.0);
-                let q8 = &s.q8[i * q8_per_query..(i + 1) * q8_per_query];
-                K::scores(q_g, q8, hd, keys, &mut s.scores);
+                s.scores.resize(count * group * n, 0.0);
+                let scores = &mut s.scores[..count * group * n];
+                let q8 = &s.q8[i * q8_per_query..(i + count) * q8_per_query];
+                if shape.n_head_kv == 1 {
+                    // One KV head: the queries' rows are back to back in `q`.
+                    K::scores(&q[r * q_dim..(r + count) * q_dim], q8, hd, keys, scores);
+                } else {
+                    for c in 0..count {
+                        K::scores(
+                            &q[(r + c) * q_dim + g * group * hd..][..group * hd],
+                            &q8[c * q8_per_query..(c + 1) * q8_per_query],
+                            hd,
+                            keys,
+                            &mut scores[c * group * n..(c + 1) * group * n],
+                        );
+                    }
+                }
                 if let Some(cap) = shape.softcap {
-                    for x in &mut s.scores[..group * n] {
+                    for x in scores.iter_mut() {
                         *x = cap * (*x / cap).tanh();
                     }
                 }
                 for (h, row) in rows.clone().enumerate() {
-                    let sc = &mut s.scores[h * n..(h + 1) * n];
+                    let sc = &mut scores[h * n..(h + 1) * n];
                     let m_old = s.max[row];
                     let m_new = sc.iter().copied().fold(m_old, f32::max);
                     let block_sum = exp_shift_sum(sc, m_new);
@@ -345,9 +377,10 @@ impl Job<'_> {
                 V::accumulate(
                     &mut s.acc[rows.start * hd..rows.end * hd],
                     hd,
-                    &s.scores[..group * n],
+                    scores,
                     &v_rows[a - b_start..e - b_start],
                 );
+                i += count;
             }
         }
 

@@ -448,6 +448,11 @@ pub(crate) fn accumulate_tail<const R: usize>(
 /// keys of 8-lane accumulators, or 4 rows × 16 values).
 const ROWS: usize = 4;
 
+/// The same on AVX-512, whose 32 registers hold 8 rows × 2 keys of 16-lane accumulators, or
+/// 8 rows × 32 values: two queries' four heads (Gemma 3) per pass, each key or value row
+/// widened from f16 once for both.
+const ROWS_AVX512: usize = 8;
+
 /// `out[r * keys.len() + j] = q[r] · keys[j]` for every row `r` of `q` (rows of `d`), on `isa`.
 /// Each score is the same function of its row and key whatever else is in the call.
 pub fn attn_scores_f16_isa(isa: Isa, q: &[f32], d: usize, keys: &[&[f16]], out: &mut [f32]) {
@@ -464,12 +469,17 @@ pub fn attn_scores_f16_isa(isa: Isa, q: &[f32], d: usize, keys: &[&[f16]], out: 
     if isa.is_avx2() {
         let mut r0 = 0;
         while r0 < rows {
-            let rr = (rows - r0).min(ROWS);
+            let step = if isa.is_avx512() { ROWS_AVX512 } else { ROWS };
+            let rr = (rows - r0).min(step);
             let qr = &q[r0 * d..(r0 + rr) * d];
             let o = &mut out[r0 * n..(r0 + rr) * n];
             // SAFETY: an AVX2 `Isa` proves the CPU features (an AVX-512 one those too).
             unsafe {
                 match rr {
+                    8 => crate::attn_avx512::scores_rows::<8>(qr, d, keys, o),
+                    7 => crate::attn_avx512::scores_rows::<7>(qr, d, keys, o),
+                    6 => crate::attn_avx512::scores_rows::<6>(qr, d, keys, o),
+                    5 => crate::attn_avx512::scores_rows::<5>(qr, d, keys, o),
                     4 if isa.is_avx512() => crate::attn_avx512::scores_rows::<4>(qr, d, keys, o),
                     3 if isa.is_avx512() => crate::attn_avx512::scores_rows::<3>(qr, d, keys, o),
                     2 if isa.is_avx512() => crate::attn_avx512::scores_rows::<2>(qr, d, keys, o),
@@ -514,12 +524,17 @@ pub fn attn_accumulate_f16_isa(isa: Isa, acc: &mut [f32], d: usize, p: &[f32], v
     if isa.is_avx2() {
         let mut r0 = 0;
         while r0 < rows {
-            let rr = (rows - r0).min(ROWS);
+            let step = if isa.is_avx512() { ROWS_AVX512 } else { ROWS };
+            let rr = (rows - r0).min(step);
             let a = &mut acc[r0 * d..(r0 + rr) * d];
             let pr = &p[r0 * n..(r0 + rr) * n];
             // SAFETY: an AVX2 `Isa` proves the CPU features (an AVX-512 one those too).
             unsafe {
                 match rr {
+                    8 => crate::attn_avx512::accumulate::<8>(a, d, pr, vs),
+                    7 => crate::attn_avx512::accumulate::<7>(a, d, pr, vs),
+                    6 => crate::attn_avx512::accumulate::<6>(a, d, pr, vs),
+                    5 => crate::attn_avx512::accumulate::<5>(a, d, pr, vs),
                     4 if isa.is_avx512() => crate::attn_avx512::accumulate::<4>(a, d, pr, vs),
                     3 if isa.is_avx512() => crate::attn_avx512::accumulate::<3>(a, d, pr, vs),
                     2 if isa.is_avx512() => crate::attn_avx512::accumulate::<2>(a, d, pr, vs),
@@ -729,7 +744,7 @@ mod tests {
         let Some(avx2) = Isa::avx2() else { return };
         for isa in Isa::available().into_iter().skip(2) {
             for d in [8, 12, 16, 40, 48, 256, 264] {
-                for rows in 1..=6 {
+                for rows in 1..=11 {
                     for n in [1, 3, 4, 6, 9] {
                         let q = data(rows * d, 3);
                         let keys: Vec<Vec<f16>> =
