@@ -31,8 +31,9 @@
 //! registers; no widened copy), the tile's queries reuse each key block while it is in L1/L2,
 //! and the kernels handle the 4 query heads that share a Gemma 3 KV head together, so each
 //! key/value load feeds 4 (scores: 8) FMAs. Two queries that see the same whole key block go
-//! to the kernels as one call of twice the rows (AVX-512 runs eight rows per pass). Tiles are handed out longest first (the last
-//! tiles of a causal prefill see the most keys) so the two threads finish together.
+//! to the kernels as one call of twice the rows (AVX-512 runs eight rows per pass). Tiles are
+//! handed out longest first (the last tiles of a causal prefill see the most keys) so the two
+//! threads finish together.
 //!
 //! Measured 2026-11-30 on the shared 2-vCPU Zen 3 (AVX2/F16C), Gemma 3 270M q4_K_M, perf
 //! samples (CPU time) of `ferrox bench -p 512 -n 0 -r 1`: attention 1.40 s → 0.24 s per
