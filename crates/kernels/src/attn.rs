@@ -467,9 +467,9 @@ pub fn attn_scores_f16_isa(isa: Isa, q: &[f32], d: usize, keys: &[&[f16]], out: 
     }
     #[cfg(target_arch = "x86_64")]
     if isa.is_avx2() {
+        let step = if isa.is_avx512() { ROWS_AVX512 } else { ROWS };
         let mut r0 = 0;
         while r0 < rows {
-            let step = if isa.is_avx512() { ROWS_AVX512 } else { ROWS };
             let rr = (rows - r0).min(step);
             let qr = &q[r0 * d..(r0 + rr) * d];
             let o = &mut out[r0 * n..(r0 + rr) * n];
@@ -522,9 +522,9 @@ pub fn attn_accumulate_f16_isa(isa: Isa, acc: &mut [f32], d: usize, p: &[f32], v
     }
     #[cfg(target_arch = "x86_64")]
     if isa.is_avx2() {
+        let step = if isa.is_avx512() { ROWS_AVX512 } else { ROWS };
         let mut r0 = 0;
         while r0 < rows {
-            let step = if isa.is_avx512() { ROWS_AVX512 } else { ROWS };
             let rr = (rows - r0).min(step);
             let a = &mut acc[r0 * d..(r0 + rr) * d];
             let pr = &p[r0 * n..(r0 + rr) * n];

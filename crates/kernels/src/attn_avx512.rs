@@ -5,13 +5,13 @@
 //!   (default model, pp512: +3 %).
 //! - Scores: `attn`'s order has sixteen lanes (the AVX2 kernel runs it as two passes of
 //!   eight), so here one vector is one score's accumulator, and with 32 registers four keys
-//!   share each query load (AVX2: two).
+//!   share each query load (AVX2: two). The fold adds the two 256-bit halves and then takes
+//!   the AVX2 kernel's `reduce4`. (An earlier 512-bit kernel that kept the old 8-lane order
+//!   had to join two keys' halves per vector and was slower than AVX2.)
 //! - Up to eight rows per pass (AVX2: four), so that two queries' four heads (Gemma 3) widen
 //!   each f16 key and value row once between them; at more than four rows, two keys share a
 //!   query load. Default model, pp512, `perf`: scores and value sums 16.5 % → 13.4 % of the
-//!   CPU time. The fold adds the two 256-bit halves and then takes
-//!   the AVX2 kernel's `reduce4`. (An earlier 512-bit kernel that kept the old 8-lane order
-//!   had to join two keys' halves per vector and was slower than AVX2.)
+//!   CPU time.
 
 use std::arch::x86_64::*;
 
