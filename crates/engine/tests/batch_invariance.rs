@@ -221,16 +221,20 @@ fn default_model_is_batch_and_chunk_invariant() {
     check(&m, &ps, 3, &[7]);
 }
 
-/// A step of more rows than `MAX_STEP_ROWS` runs as sub-steps, one prompt split across two
-/// of them: the logits equal those of small chunks (which never split).
+/// Splits steps at this many rows in the tests that cross the limit (the default,
+/// `MAX_STEP_ROWS`, would make their prompts long; how a step splits is the same code).
+const STEP_ROWS: usize = 128;
+
+/// A step of more rows than the model's step limit runs as sub-steps, one prompt split across
+/// two of them: the logits equal those of small chunks (which never split).
 #[test]
 fn steps_longer_than_the_row_limit_give_the_same_logits() {
-    use ferrox_engine::model::MAX_STEP_ROWS;
     for arch in [Arch::Gemma3, Arch::Qwen2] {
-        let m =
+        let mut m =
             synthetic::load(&SyntheticSpec::tiny(arch, 11).quantized(GgmlType::Q8_0), 2).unwrap();
-        let lens = [MAX_STEP_ROWS + 72, 90, 30];
-        assert!(lens.iter().sum::<usize>() > 2 * MAX_STEP_ROWS);
+        m.set_step_rows(STEP_ROWS);
+        let lens = [m.step_rows() + 72, 90, 30];
+        assert!(lens.iter().sum::<usize>() > 2 * m.step_rows());
         check(&m, &prompts(&lens, 320), 3, &[7]);
     }
 }
@@ -272,11 +276,10 @@ fn every_position(m: &Model, ps: &[Vec<u32>], whole: bool) -> Vec<Vec<f32>> {
 }
 
 /// What speculative decoding's exactness rests on: a chunk's logits at every position (the
-/// lane-major kernels from eight rows on, a piece boundary past `MAX_STEP_ROWS`) are the bits
+/// lane-major kernels from eight rows on, a piece boundary past the step limit) are the bits
 /// that decoding those tokens one at a time gives.
 #[test]
 fn logits_of_every_position_equal_one_token_steps() {
-    use ferrox_engine::model::MAX_STEP_ROWS;
     for (arch, ty) in [
         (Arch::Gemma3, GgmlType::Q4_K),
         (Arch::Qwen3, GgmlType::Q8_0),
@@ -285,8 +288,9 @@ fn logits_of_every_position_equal_one_token_steps() {
         (Arch::Llama, GgmlType::IQ4_XS),
         (Arch::Qwen2, GgmlType::MXFP4),
     ] {
-        let m = synthetic::load(&SyntheticSpec::tiny(arch, 13).quantized(ty), 2).unwrap();
-        let ps = prompts(&[9, 1, 17, MAX_STEP_ROWS + 5], 320);
+        let mut m = synthetic::load(&SyntheticSpec::tiny(arch, 13).quantized(ty), 2).unwrap();
+        m.set_step_rows(STEP_ROWS);
+        let ps = prompts(&[9, 1, 17, m.step_rows() + 5], 320);
         assert!(
             every_position(&m, &ps, true) == every_position(&m, &ps, false),
             "{arch:?} {ty:?}: a position's logits depend on the chunk it is verified in"

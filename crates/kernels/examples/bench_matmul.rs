@@ -183,6 +183,16 @@ fn main() {
         }
         return;
     }
+    if std::env::args().nth(2).as_deref() == Some("dram") {
+        // A 512-row prefill step's Q4_K matrix from cache (256 rows) and from memory (32,768
+        // rows, 38 MB, past L3), one thread: what the step costs when its weights come from
+        // memory and its activations (1.5 MB) from beyond L2.
+        for _ in 0..2 {
+            timed(GgmlType::Q4_K, 256, 2560, 512, 40);
+            timed(GgmlType::Q4_K, 32_768, 2560, 512, 3);
+        }
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("compute") {
         for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
             for n in [1, 4, 16, 64] {
@@ -226,6 +236,11 @@ fn krows(ty: GgmlType, bytes: &[u8], rows: usize, cols: usize) -> Option<KRows16
 }
 
 pub fn compute_bound(ty: GgmlType, rows: usize, cols: usize, n: usize) {
+    timed(ty, rows, cols, n, 200);
+}
+
+/// The best of `iters` calls, in ns per 32 values and activation row.
+fn timed(ty: GgmlType, rows: usize, cols: usize, n: usize, iters: usize) {
     let pool = ThreadPool::new(1);
     let bytes = random_weights(ty, rows, cols);
     let w = QMatrix::new(ty, &bytes, rows, cols);
@@ -237,7 +252,7 @@ pub fn compute_bound(ty: GgmlType, rows: usize, cols: usize, n: usize) {
     acts.quantize(&pool, ty, &x, n, cols);
     let krows = krows(ty, &bytes, rows, cols);
     let mut best = f64::INFINITY;
-    for _ in 0..200 {
+    for _ in 0..iters {
         let t = Instant::now();
         match &krows {
             Some(k) => k.matmul_acts(&pool, &acts, &mut out),

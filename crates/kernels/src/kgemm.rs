@@ -250,22 +250,23 @@ fn prefetch_l2(p: *const u8, span: usize) {
     }
 }
 
-/// Decodes up to [`ROWS`] rows (`rows.len() / bpr`; missing rows read as zero) into `out`.
+/// Decodes up to [`ROWS`] rows (`rows.len() / bpr`; missing rows read as zero) into `out`,
+/// hinting the rows `ahead` rows on into L2.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pack<B: KPack>(rows: &[B], bpr: usize, out: &mut Vec<Packed>) {
+fn pack<B: KPack>(rows: &[B], bpr: usize, ahead: usize, out: &mut [Packed]) {
     let h = rows.len() / bpr;
-    out.resize(bpr, PACKED_ZERO);
+    assert_eq!(out.len(), bpr, "one packed super-block per block of a row");
     let mut tmp = [UNPACKED_ZERO; ROWS];
     for (j, p) in out.iter_mut().enumerate() {
         for (i, t) in tmp.iter_mut().enumerate().take(h) {
             let b = &rows[i * bpr + j];
-            // The same block of the next group, into L2: it arrives while this group is
-            // multiplied with every activation row (the next group is the next `ROWS` rows,
+            // The same block `ahead` rows on (the next sub-tile's), into L2: it arrives
+            // while this sub-tile is multiplied with every activation row (rows are
             // contiguous; past the matrix the hint is dropped, a prefetch never faults).
             prefetch_l2(
                 (b as *const B)
                     .cast::<u8>()
-                    .wrapping_add(ROWS * bpr * size_of::<B>()),
+                    .wrapping_add(ahead * bpr * size_of::<B>()),
                 size_of::<B>(),
             );
             // SAFETY: AVX2, FMA and F16C are enabled in this function.
@@ -522,27 +523,33 @@ impl<B: KPack> RowKernel for KGemm<'_, B> {
         }
         SCRATCH.with(|cell| {
             let mut pk = cell.borrow_mut();
-            let mut g0 = o0;
-            while g0 < o1 {
+            let bpr = self.bpr;
+            // Every group of the sub-tile packed first (its weights in L2 for the whole call).
+            let groups = (o1 - o0).div_ceil(ROWS);
+            pk.resize(groups * bpr, PACKED_ZERO);
+            for (gi, p) in pk.chunks_exact_mut(bpr).enumerate() {
+                let g0 = o0 + gi * ROWS;
                 let h = ROWS.min(o1 - g0);
                 // SAFETY: an AVX2 `Isa` proves AVX2, FMA and F16C.
-                unsafe {
-                    pack(
-                        &self.blocks[g0 * self.bpr..(g0 + h) * self.bpr],
-                        self.bpr,
-                        &mut pk,
-                    )
-                };
-                let mut r = 0;
-                while r < job.n() {
-                    r += match job.n() - r {
-                        1 => self.rows_of::<1>(&pk, job, r, g0, h),
-                        2 => self.rows_of::<2>(&pk, job, r, g0, h),
-                        3 => self.rows_of::<3>(&pk, job, r, g0, h),
-                        _ => self.rows_of::<4>(&pk, job, r, g0, h),
-                    };
+                unsafe { pack(&self.blocks[g0 * bpr..(g0 + h) * bpr], bpr, o1 - o0, p) };
+            }
+            // Activation rows outer, groups inner: the rows' blocks are read from memory (or
+            // L3) once per sub-tile rather than once per group, and stay in L1 across its
+            // groups (a 512-row step's activations outgrow L2).
+            let mut r = 0;
+            while r < job.n() {
+                let take = (job.n() - r).min(4);
+                for (gi, p) in pk.chunks_exact(bpr).enumerate() {
+                    let g0 = o0 + gi * ROWS;
+                    let h = ROWS.min(o1 - g0);
+                    match take {
+                        1 => self.rows_of::<1>(p, job, r, g0, h),
+                        2 => self.rows_of::<2>(p, job, r, g0, h),
+                        3 => self.rows_of::<3>(p, job, r, g0, h),
+                        _ => self.rows_of::<4>(p, job, r, g0, h),
+                    }
                 }
-                g0 += h;
+                r += take;
             }
         });
     }
@@ -558,7 +565,7 @@ impl<B: KPack> KGemm<'_, B> {
         r: usize,
         g0: usize,
         h: usize,
-    ) -> usize {
+    ) {
         let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
         let mut out = [[0.0f32; ROWS]; R];
         // SAFETY: the `Isa` proves the features of the entry chosen; every row covers the
@@ -576,6 +583,5 @@ impl<B: KPack> KGemm<'_, B> {
             // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
             unsafe { job.put_run(r + i, g0, &o[..h]) };
         }
-        R
     }
 }
