@@ -10,8 +10,8 @@
 //! products to each row's lane: 64 values × 16 rows per 512-bit operation. The group scale
 //! is applied once per group by an integer multiply, and the super-block's float step runs
 //! sixteen rows wide. The AVX2 spellings take the same chunks as two halves of eight rows
-//! (`vpdpbusd` on 256 bits with AVX-VNNI, `maddubs` + `madd` without; plain AVX2's Q4_K
-//! both halves in one pass, see [`body_pairs`]).
+//! (`vpdpbusd` on 256 bits with AVX-VNNI, `maddubs` + `madd` without; plain AVX2 takes
+//! both halves in one pass for every format but Q6_K, see [`body_pairs`]).
 //!
 //! Numbers are unchanged: per (weight row, activation row, super-block) the integers
 //! `sumi = Σ_g sc_g Σ q x` and `summ = Σ_g mn_g bsum_g` are exact whatever order they are
@@ -394,7 +394,7 @@ unsafe fn group_avx2<B: KPack, const R: usize>(
 ) {
     // SAFETY: as the caller promised.
     unsafe {
-        if pairs_run::<B>() >= 8 && R <= PAIRS_ROWS {
+        if pays_pairs::<B>() && R <= PAIRS_ROWS {
             body_pairs::<B, R>(pk, xs, out);
         } else {
             body::<Y256<Pairs>, B, R>(pk, 0, xs, out);
@@ -404,9 +404,7 @@ unsafe fn group_avx2<B: KPack, const R: usize>(
 }
 
 /// Chunks whose i16 pair sums add without overflow (each pair is at most
-/// `2 · UMAX · 127`), at most a group's. Where fewer than eight fit (all but Q4_K), the i16
-/// sums save less than they cost and [`body`] runs instead (one thread, 64 × 2048, n = 64, ns
-/// per 32 values × row: q4_K 0.31 → 0.24, q5_K 0.32 → 0.31, q6_K 0.33 → 0.37).
+/// `2 · UMAX · 127`), at most a group's: Q4_K eight (its group), Q5_K four, Q6_K two.
 const fn pairs_run<B: KPack>() -> usize {
     let fit = (i16::MAX as i32 / (2 * B::UMAX * 127)) as usize;
     let group = B::GROUP_VALUES / 4;
@@ -417,24 +415,32 @@ const fn pairs_run<B: KPack>() -> usize {
     }
 }
 
+/// Whether [`body_pairs`] beats two passes of [`body`] for `B`: where four chunks or more
+/// add in i16 (Q4_K, Q5_K, and the 4-bit-or-narrower Q2_K/Q3_K). Q6_K's two save a sixth of
+/// its multiplies but measured level (0.39 → 0.38 alone, level to 4 % slower in the 4B
+/// shape's prefill), so it keeps [`body`].
+const fn pays_pairs<B: KPack>() -> bool {
+    pairs_run::<B>() >= 4
+}
+
 /// Activation rows per pass of [`body_pairs`]: its `4 R` integer accumulators and three
 /// operands fill the sixteen registers.
 const PAIRS_ROWS: usize = 3;
 
-/// [`body`] for plain AVX2 where a group's i16 pairs cannot overflow (Q4_K: see
-/// [`pairs_run`]), all sixteen lanes in one pass. Without `vpdpbusd` the int8 step is
-/// `maddubs` (pairs of products into i16) and `madd` (into i32); here the i16 pairs of a
-/// group's eight chunks are added first, and one `madd` with the group scale in both halves
-/// of each lane turns them into `sc · Σ` in i32: a third fewer operations than a `madd` by
-/// ones per chunk and a multiply per group. The integers are the same (exact), so the bits
-/// are.
+/// [`body`] for plain AVX2, all sixteen lanes in one pass. Without `vpdpbusd` the int8 step
+/// is `maddubs` (pairs of products into i16) and `madd` (into i32); here the i16 pairs of as
+/// many chunks as cannot overflow ([`pairs_run`]) are added first, and one `madd` with the
+/// group scale in both halves of each lane turns them into `sc · Σ` in i32, where [`body`]
+/// pays a `madd` by ones per chunk and a multiply per group. The integers are the same
+/// (exact), so the bits are.
 ///
 /// Why sixteen lanes: each activation broadcast then serves both halves' chunks, two weight
 /// loads and `R` broadcasts for `2 R` `maddubs`, where two passes of eight lanes paid one
 /// load per `maddubs`; the loads, not the multiplies, bounded the loop. The float
 /// accumulators live in `out` between super-blocks, which keeps the integer ones in
-/// registers (q4_K, one thread, 1024 x 2560, n = 128, `avx2`: 0.31-0.33 → 0.27-0.30 ns per
-/// 32 values x row; in the 4B shape's prefill 15 % fewer samples in this kernel).
+/// registers. One thread, `avx2`, ns per 32 values x row against two passes of [`body`]
+/// (Q4_K: of the eight-lane version of this): q4_K 1024 x 2560, n = 128, 0.31-0.33 →
+/// 0.27-0.28; 64 x 2048, n = 64: q5_K 0.39 → 0.33, q3_K 1.15 → 1.08, q2_K 0.71 → 0.64.
 #[inline(always)]
 unsafe fn body_pairs<B: KPack, const R: usize>(
     pk: &[Packed],
@@ -445,7 +451,7 @@ unsafe fn body_pairs<B: KPack, const R: usize>(
     let chunks_per_group = B::GROUP_VALUES / 4;
     let groups = QK_K / B::GROUP_VALUES;
     let run = pairs_run::<B>();
-    assert!(run >= chunks_per_group, "a group's pairs fit in i16");
+    assert!(run >= 1, "a chunk's pairs fit in i16");
     // SAFETY (every intrinsic below): AVX2, as the caller promised; every pointer is into
     // `Packed` arrays of ROWS lanes, at lanes 0 and 8.
     unsafe {
@@ -454,22 +460,35 @@ unsafe fn body_pairs<B: KPack, const R: usize>(
             // Half-major: `raw[h][r]` holds lanes `8h..8h + 8` of activation row `r`.
             let mut raw = [[_mm256_setzero_si256(); R]; 2];
             for g in 0..groups {
-                let mut s16 = [[_mm256_setzero_si256(); R]; 2];
-                for c in g * chunks_per_group..(g + 1) * chunks_per_group {
-                    let w0 = L::load_i(p.q[c].as_ptr().cast());
-                    let w1 = L::load_i(p.q[c].as_ptr().add(32).cast());
-                    for r in 0..R {
-                        let x = _mm256_set1_epi32(word(&xs[r][j].qs, c));
-                        s16[0][r] = _mm256_add_epi16(s16[0][r], _mm256_maddubs_epi16(w0, x));
-                        s16[1][r] = _mm256_add_epi16(s16[1][r], _mm256_maddubs_epi16(w1, x));
+                let end = (g + 1) * chunks_per_group;
+                let mut c = g * chunks_per_group;
+                while c < end {
+                    let stop = (c + run).min(end);
+                    let mut s16 = [[_mm256_setzero_si256(); R]; 2];
+                    for cc in c..stop {
+                        let w0 = L::load_i(p.q[cc].as_ptr().cast());
+                        let w1 = L::load_i(p.q[cc].as_ptr().add(32).cast());
+                        for r in 0..R {
+                            let x = _mm256_set1_epi32(word(&xs[r][j].qs, cc));
+                            s16[0][r] = _mm256_add_epi16(s16[0][r], _mm256_maddubs_epi16(w0, x));
+                            s16[1][r] = _mm256_add_epi16(s16[1][r], _mm256_maddubs_epi16(w1, x));
+                        }
                     }
-                }
-                for (h, (raw_h, s16_h)) in raw.iter_mut().zip(&s16).enumerate() {
-                    let sc = L::load_i(p.sc[g].as_ptr().add(8 * h));
-                    let sc16 = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
-                    for (acc, &s) in raw_h.iter_mut().zip(s16_h) {
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(s, sc16));
+                    for (h, (raw_h, s16_h)) in raw.iter_mut().zip(&s16).enumerate() {
+                        // The group scale in both i16 halves of each lane (the formats
+                        // without mins have signed scales: their high bits cleared first).
+                        let sc = L::load_i(p.sc[g].as_ptr().add(8 * h));
+                        let lo = if B::HAS_MIN {
+                            sc
+                        } else {
+                            _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF))
+                        };
+                        let sc16 = _mm256_or_si256(lo, _mm256_slli_epi32::<16>(sc));
+                        for (acc, &s) in raw_h.iter_mut().zip(s16_h) {
+                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(s, sc16));
+                        }
                     }
+                    c = stop;
                 }
             }
             for (h, raw_h) in raw.iter().enumerate() {
@@ -572,7 +591,7 @@ impl<B: KPack> KGemm<'_, B> {
     /// Activation rows each pass over a packed group takes: four, or [`PAIRS_ROWS`] where
     /// [`body_pairs`] runs.
     fn rows_per_pass(&self) -> usize {
-        if !self.isa.is_avx512() && !self.isa.vnni256() && pairs_run::<B>() >= 8 {
+        if !self.isa.is_avx512() && !self.isa.vnni256() && pays_pairs::<B>() {
             PAIRS_ROWS
         } else {
             4
