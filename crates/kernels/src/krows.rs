@@ -340,26 +340,34 @@ mod simd {
             }
             // Activation rows per pass: eight where 32 registers hold their sums (AVX-512), four
             // in AVX2's sixteen.
+            // Activation rows outer, groups inner: each row's blocks are read from memory (or
+            // L3) once per sub-tile rather than once per group (a 512-row step's activations
+            // outgrow L2), and the sub-tile's weights stay in L2.
             let max_r = if self.isa.is_avx512() { 8 } else { 4 };
-            for g in o0 / GROUP..o1 / GROUP {
-                let mut r = 0;
-                while r < job.n() {
-                    r += match (job.n() - r).min(max_r) {
+            let mut r = 0;
+            while r < job.n() {
+                let take = match (job.n() - r).min(max_r) {
+                    4..=7 => 4,
+                    t => t,
+                };
+                for g in o0 / GROUP..o1 / GROUP {
+                    match take {
                         1 => self.group::<1>(job, r, g),
                         2 => self.group::<2>(job, r, g),
                         3 => self.group::<3>(job, r, g),
-                        4..=7 => self.group::<4>(job, r, g),
+                        4 => self.group::<4>(job, r, g),
                         _ => self.group::<8>(job, r, g),
-                    };
+                    }
                 }
+                r += take;
             }
         }
     }
 
     impl Kernel<'_> {
-        /// Activation rows `r..r + R` times rows `16g..16g + 16`; returns `R`.
+        /// Activation rows `r..r + R` times rows `16g..16g + 16`.
         #[inline(always)]
-        fn group<const R: usize>(&self, job: &Job<BlockQ8K>, r: usize, g: usize) -> usize {
+        fn group<const R: usize>(&self, job: &Job<BlockQ8K>, r: usize, g: usize) {
             let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
             let mut out = [[0.0f32; GROUP]; R];
             let bpr = self.m.bpr;
@@ -376,7 +384,6 @@ mod simd {
                 // SAFETY: rows `16g..16g + 16` lie in this task's sub-tile.
                 unsafe { job.put_run(r + i, g * GROUP, o) };
             }
-            R
         }
     }
 
