@@ -24,6 +24,10 @@ pub(crate) trait RowKernel: Sync {
     fn rows(&self) -> usize;
     /// Weight bytes per row (sizes the sub-tiles).
     fn row_bytes(&self) -> usize;
+    /// Target weight bytes of a sub-tile for a call of `_n` activation rows.
+    fn subtile_bytes(&self, _n: usize) -> usize {
+        SUBTILE_BYTES
+    }
     /// Sub-tiles start at multiples of this many rows.
     fn row_align(&self) -> usize {
         1
@@ -52,7 +56,7 @@ pub(crate) fn run_kernel<K: RowKernel>(
     }
     assert!(acts.len() >= n * upr, "activation buffer too short");
     let align = kernel.row_align();
-    let sub_rows = (SUBTILE_BYTES / kernel.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
+    let sub_rows = (kernel.subtile_bytes(n) / kernel.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
     let sub_rows = sub_rows.div_ceil(align) * align;
     assert!(
         sub_rows <= MAX_SUBTILE_ROWS,
