@@ -1,6 +1,7 @@
 //! The driver every matrix layout runs on: a [`RowKernel`] (a weight matrix in some layout
 //! that multiplies a run of its rows with every activation row of a call) is spread over the
-//! thread pool by [`run_kernel`], in sub-tiles of about [`SUBTILE_BYTES`] handed out as one
+//! thread pool by [`run_kernel`], in sub-tiles of about [`SUBTILE_BYTES`] (or what the
+//! kernel asks for, [`RowKernel::subtile_bytes`]) handed out as one
 //! contiguous range per thread ([`Ranges`]), each task writing its results through the
 //! shared [`Job`]. Tiling decides only which thread computes an output, never how, which is
 //! the third leg of batch invariance (`matmul.rs`). Below every layout (`matmul.rs`'s
