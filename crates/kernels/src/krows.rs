@@ -351,11 +351,10 @@ mod simd {
             for r in 0..job.n() {
                 assert!(job.row(r).len() >= bpr, "activation row too short");
             }
-            // Activation rows per pass: eight where 32 registers hold their sums (AVX-512), four
-            // in AVX2's sixteen.
             // Activation rows outer, groups inner: each row's blocks are read from memory (or
             // L3) once per sub-tile rather than once per group (a 512-row step's activations
-            // outgrow L2), and the sub-tile's weights stay in L2.
+            // outgrow L2), and the sub-tile's weights stay in L2. Rows per pass: eight where
+            // 32 registers hold their sums (AVX-512), four in AVX2's sixteen.
             let max_r = if self.isa.is_avx512() { 8 } else { 4 };
             let mut r = 0;
             while r < job.n() {
