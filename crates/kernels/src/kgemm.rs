@@ -11,7 +11,7 @@
 //! is applied once per group by an integer multiply, and the super-block's float step runs
 //! sixteen rows wide. The AVX2 spellings take the same chunks as two halves of eight rows
 //! (`vpdpbusd` on 256 bits with AVX-VNNI, `maddubs` + `madd` without; plain AVX2 takes
-//! both halves in one pass for every format but Q6_K, see [`body_pairs`]).
+//! both halves in one pass, see [`body_pairs`]).
 //!
 //! Numbers are unchanged: per (weight row, activation row, super-block) the integers
 //! `sumi = Σ_g sc_g Σ q x` and `summ = Σ_g mn_g bsum_g` are exact whatever order they are
@@ -58,10 +58,13 @@ pub(crate) fn min_rows(isa: Isa) -> usize {
 struct Packed {
     /// Chunk `c`: values `4c..4c+4` of row `i` at bytes `4i..4i+4` (unsigned quants).
     q: [[u8; 4 * ROWS]; QK_K / 4],
-    /// Scale group `g` of each row (groups of [`KPack::GROUP_VALUES`] values).
+    /// Scale group `g` of each row (groups of [`KPack::GROUP_VALUES`] values): the i32
+    /// scale, or for [`body_pairs`] the scale in both i16 halves of the lane (`madd`'s form).
     sc: [[i32; ROWS]; 16],
     /// i16 pairs `(b_2k, b_2k+1)` per row: the 16-value groups' mins (formats with mins) or
-    /// `offset · scale` (signed formats), to multiply with the activations' block sums.
+    /// `offset · scale` (signed formats), to multiply with the activations' block sums. For
+    /// [`body_pairs`] the formats with one min per 32 values take four pairs of consecutive
+    /// mins instead, against sums of 32 activations ([`sums32`]).
     bias: [[i32; ROWS]; 8],
     d: [f32; ROWS],
     dmin: [f32; ROWS],
@@ -252,9 +255,10 @@ fn prefetch_l2(p: *const u8, span: usize) {
 }
 
 /// Decodes up to [`ROWS`] rows (`rows.len() / bpr`; missing rows read as zero) into `out`,
-/// hinting the rows `ahead` rows on into L2.
+/// hinting the rows `ahead` rows on into L2. `paired` stores the scales and mins in the
+/// forms [`body_pairs`] multiplies by (see [`Packed`]).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pack<B: KPack>(rows: &[B], bpr: usize, ahead: usize, out: &mut [Packed]) {
+fn pack<B: KPack>(rows: &[B], bpr: usize, ahead: usize, paired: bool, out: &mut [Packed]) {
     let h = rows.len() / bpr;
     assert_eq!(out.len(), bpr, "one packed super-block per block of a row");
     let mut tmp = [UNPACKED_ZERO; ROWS];
@@ -288,12 +292,23 @@ fn pack<B: KPack>(rows: &[B], bpr: usize, ahead: usize, out: &mut [Packed]) {
         }
         for (i, t) in tmp.iter().enumerate() {
             for g in 0..16 {
-                p.sc[g][i] = t.sc[g];
+                // A scale fits in i16 (Q6_K's are i8); its high half is a sign extension.
+                let sc = t.sc[g];
+                p.sc[g][i] = if paired {
+                    ((sc as u16 as u32) | ((sc as u16 as u32) << 16)) as i32
+                } else {
+                    sc
+                };
             }
-            for k in 0..8 {
-                let pair =
-                    (t.bias[2 * k] as u16 as u32) | ((t.bias[2 * k + 1] as u16 as u32) << 16);
-                p.bias[k][i] = pair as i32;
+            let pair = |a: i16, b: i16| ((a as u16 as u32) | ((b as u16 as u32) << 16)) as i32;
+            if paired && mins32::<B>() {
+                for k in 0..4 {
+                    p.bias[k][i] = pair(t.bias[4 * k], t.bias[4 * k + 2]);
+                }
+            } else {
+                for k in 0..8 {
+                    p.bias[k][i] = pair(t.bias[2 * k], t.bias[2 * k + 1]);
+                }
             }
             p.d[i] = t.d;
             p.dmin[i] = t.dmin;
@@ -394,12 +409,8 @@ unsafe fn group_avx2<B: KPack, const R: usize>(
 ) {
     // SAFETY: as the caller promised.
     unsafe {
-        if pays_pairs::<B>() && R <= PAIRS_ROWS {
-            body_pairs::<B, R>(pk, xs, out);
-        } else {
-            body::<Y256<Pairs>, B, R>(pk, 0, xs, out);
-            body::<Y256<Pairs>, B, R>(pk, 8, xs, out);
-        }
+        assert!(R <= PAIRS_ROWS, "{R} rows spill body_pairs' accumulators");
+        body_pairs::<B, R>(pk, xs, out);
     }
 }
 
@@ -415,12 +426,58 @@ const fn pairs_run<B: KPack>() -> usize {
     }
 }
 
-/// Whether [`body_pairs`] beats two passes of [`body`] for `B`: where four chunks or more
-/// add in i16 (Q4_K, Q5_K, and the 4-bit-or-narrower Q2_K/Q3_K). Q6_K's two save a sixth of
-/// its multiplies but measured level (0.39 → 0.38 alone, level to 4 % slower in the 4B
-/// shape's prefill), so it keeps [`body`].
-const fn pays_pairs<B: KPack>() -> bool {
-    pairs_run::<B>() >= 4
+/// Whether `B` has one min per 32 values (Q4_K, Q5_K): [`body_pairs`] then dots its mins
+/// with sums of 32 activations, half the `madd`s of the 16-value block sums.
+const fn mins32<B: KPack>() -> bool {
+    B::HAS_MIN && B::GROUP_VALUES == 32
+}
+
+/// The activation block's sums of 32 values as four i16 pairs `(s_2k, s_2k+1)` (each sum at
+/// most 32 · 127 in magnitude, so exact in i16).
+#[inline(always)]
+unsafe fn sums32(bsums: &[i16; 16]) -> [i32; 4] {
+    // SAFETY: AVX2, as the caller promised; 32 bytes read from `bsums`, 16 written to `out`.
+    unsafe {
+        let b = _mm256_loadu_si256(bsums.as_ptr().cast());
+        let s = _mm256_madd_epi16(b, _mm256_set1_epi16(1));
+        // i32 lanes (s0 s1)(s2 s3)(s0 s1)(s2 s3) | (s4 s5)(s6 s7)(s4 s5)(s6 s7) as i16 pairs.
+        let p = _mm256_packs_epi32(s, s);
+        let q = _mm256_permute4x64_epi64::<0b1000>(p);
+        let mut out = [0i32; 4];
+        _mm_storeu_si128(out.as_mut_ptr().cast(), _mm256_castsi256_si128(q));
+        out
+    }
+}
+
+/// [`finish_superblock`] for the [`mins32`] formats in [`body_pairs`]: the mins' dot is four
+/// i16 pairs of consecutive mins per lane against the matching pairs of 32-value activation
+/// sums (`sums[r]`, from [`sums32`]); then `k_accumulate`'s float step.
+#[inline(always)]
+unsafe fn finish_mins32<const R: usize>(
+    p: &Packed,
+    lane0: usize,
+    sums: &[[i32; 4]; R],
+    xs: &[&[BlockQ8K]; R],
+    j: usize,
+    raw: &[__m256i; R],
+    acc: &mut [__m256; R],
+) {
+    type L = Y256<Pairs>;
+    // SAFETY: AVX2, as the caller promised; the pointers are into `Packed` arrays of ROWS
+    // lanes at `lane0 + 8 <= ROWS`.
+    unsafe {
+        let mut bs = [_mm256_setzero_si256(); R];
+        for k in 0..4 {
+            let b = L::load_i(p.bias[k].as_ptr().add(lane0));
+            for (b_r, sum) in bs.iter_mut().zip(sums) {
+                let x = _mm256_set1_epi32(sum[k]);
+                *b_r = _mm256_add_epi32(*b_r, _mm256_madd_epi16(b, x));
+            }
+        }
+        let d = L::load_f(p.d.as_ptr().add(lane0));
+        let dmin = L::load_f(p.dmin.as_ptr().add(lane0));
+        k_accumulate_lanes::<L, R>(d, Some(dmin), xs, j, raw, &bs, acc);
+    }
 }
 
 /// Activation rows per pass of [`body_pairs`]: its `4 R` integer accumulators and three
@@ -430,17 +487,23 @@ const PAIRS_ROWS: usize = 3;
 /// [`body`] for plain AVX2, all sixteen lanes in one pass. Without `vpdpbusd` the int8 step
 /// is `maddubs` (pairs of products into i16) and `madd` (into i32); here the i16 pairs of as
 /// many chunks as cannot overflow ([`pairs_run`]) are added first, and one `madd` with the
-/// group scale in both halves of each lane turns them into `sc · Σ` in i32, where [`body`]
-/// pays a `madd` by ones per chunk and a multiply per group. The integers are the same
-/// (exact), so the bits are.
+/// group scale in both halves of each lane (packed in that form) turns them into `sc · Σ` in
+/// i32, where [`body`] pays a `madd` by ones per chunk and a multiply per group. The
+/// integers are the same (exact), so the bits are. Every format takes it: even Q6_K's runs
+/// of two chunks save a sixth of its integer operations.
 ///
 /// Why sixteen lanes: each activation broadcast then serves both halves' chunks, two weight
 /// loads and `R` broadcasts for `2 R` `maddubs`, where two passes of eight lanes paid one
 /// load per `maddubs`; the loads, not the multiplies, bounded the loop. The float
 /// accumulators live in `out` between super-blocks, which keeps the integer ones in
-/// registers. One thread, `avx2`, ns per 32 values x row against two passes of [`body`]
-/// (Q4_K: of the eight-lane version of this): q4_K 1024 x 2560, n = 128, 0.31-0.33 →
-/// 0.27-0.28; 64 x 2048, n = 64: q5_K 0.39 → 0.33, q3_K 1.15 → 1.08, q2_K 0.71 → 0.64.
+/// registers. Each run's chunk count is a constant that divides the group, so the chunk
+/// loop unrolls whole: with a run loop of variable length Q6_K's pairs measured level with
+/// [`body`], unrolled they are a quarter faster.
+///
+/// One thread, `avx2`, ns per 32 values x row (AMD EPYC Zen 4, best of 5): q4_K 1024 x
+/// 2560, n = 128: two passes of eight lanes 0.31-0.33, one pass 0.27-0.28, unrolled with
+/// packed scales and the 32-value mins 0.253; q6_K 256 x 10240: two passes 0.376, this 0.288.
+/// 64 x 2048, n = 64: q5_K 0.39 → 0.29, q3_K 1.15 → 1.07, q2_K 0.71 → 0.62.
 #[inline(always)]
 unsafe fn body_pairs<B: KPack, const R: usize>(
     pk: &[Packed],
@@ -450,8 +513,9 @@ unsafe fn body_pairs<B: KPack, const R: usize>(
     type L = Y256<Pairs>;
     let chunks_per_group = B::GROUP_VALUES / 4;
     let groups = QK_K / B::GROUP_VALUES;
-    let run = pairs_run::<B>();
-    assert!(run >= 1, "a chunk's pairs fit in i16");
+    // A compile-time run that divides the group: its chunk loop unrolls whole.
+    let run = const { pairs_run::<B>() };
+    const { assert!(pairs_run::<B>() >= 1 && (B::GROUP_VALUES / 4) % pairs_run::<B>() == 0) };
     // SAFETY (every intrinsic below): AVX2, as the caller promised; every pointer is into
     // `Packed` arrays of ROWS lanes, at lanes 0 and 8.
     unsafe {
@@ -460,12 +524,9 @@ unsafe fn body_pairs<B: KPack, const R: usize>(
             // Half-major: `raw[h][r]` holds lanes `8h..8h + 8` of activation row `r`.
             let mut raw = [[_mm256_setzero_si256(); R]; 2];
             for g in 0..groups {
-                let end = (g + 1) * chunks_per_group;
-                let mut c = g * chunks_per_group;
-                while c < end {
-                    let stop = (c + run).min(end);
+                for c in (g * chunks_per_group..(g + 1) * chunks_per_group).step_by(run) {
                     let mut s16 = [[_mm256_setzero_si256(); R]; 2];
-                    for cc in c..stop {
+                    for cc in c..c + run {
                         let w0 = L::load_i(p.q[cc].as_ptr().cast());
                         let w1 = L::load_i(p.q[cc].as_ptr().add(32).cast());
                         for r in 0..R {
@@ -475,26 +536,30 @@ unsafe fn body_pairs<B: KPack, const R: usize>(
                         }
                     }
                     for (h, (raw_h, s16_h)) in raw.iter_mut().zip(&s16).enumerate() {
-                        // The group scale in both i16 halves of each lane (the formats
-                        // without mins have signed scales: their high bits cleared first).
-                        let sc = L::load_i(p.sc[g].as_ptr().add(8 * h));
-                        let lo = if B::HAS_MIN {
-                            sc
-                        } else {
-                            _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF))
-                        };
-                        let sc16 = _mm256_or_si256(lo, _mm256_slli_epi32::<16>(sc));
+                        // The group scale in both i16 halves of each lane (packed so).
+                        let sc16 = L::load_i(p.sc[g].as_ptr().add(8 * h));
                         for (acc, &s) in raw_h.iter_mut().zip(s16_h) {
                             *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(s, sc16));
                         }
                     }
-                    c = stop;
+                }
+            }
+            // (A loop, not a closure: a closure is compiled without AVX2 and would call the
+            // intrinsics rather than inline them.)
+            let mut sums = [[0i32; 4]; R];
+            if mins32::<B>() {
+                for (sum, x) in sums.iter_mut().zip(xs) {
+                    *sum = sums32(&x[j].bsums);
                 }
             }
             for (h, raw_h) in raw.iter().enumerate() {
                 let mut acc: [__m256; R] =
                     std::array::from_fn(|r| L::load_f(out[r].as_ptr().add(8 * h)));
-                finish_superblock::<L, B, R>(p, 8 * h, xs, j, raw_h, &mut acc);
+                if mins32::<B>() {
+                    finish_mins32::<R>(p, 8 * h, &sums, xs, j, raw_h, &mut acc);
+                } else {
+                    finish_superblock::<L, B, R>(p, 8 * h, xs, j, raw_h, &mut acc);
+                }
                 for (o, a) in out.iter_mut().zip(acc) {
                     L::store_f(o.as_mut_ptr().add(8 * h), a);
                 }
@@ -562,7 +627,10 @@ impl<B: KPack> RowKernel for KGemm<'_, B> {
                 let g0 = o0 + gi * ROWS;
                 let h = ROWS.min(o1 - g0);
                 // SAFETY: an AVX2 `Isa` proves AVX2, FMA and F16C.
-                unsafe { pack(&self.blocks[g0 * bpr..(g0 + h) * bpr], bpr, o1 - o0, p) };
+                unsafe {
+                    let rows = &self.blocks[g0 * bpr..(g0 + h) * bpr];
+                    pack(rows, bpr, o1 - o0, self.plain_avx2(), p)
+                };
             }
             // Activation rows outer, groups inner: the rows' blocks are read from memory (or
             // L3) once per sub-tile rather than once per group, and stay in L1 across its
@@ -591,11 +659,16 @@ impl<B: KPack> KGemm<'_, B> {
     /// Activation rows each pass over a packed group takes: four, or [`PAIRS_ROWS`] where
     /// [`body_pairs`] runs.
     fn rows_per_pass(&self) -> usize {
-        if !self.isa.is_avx512() && !self.isa.vnni256() && pays_pairs::<B>() {
+        if self.plain_avx2() {
             PAIRS_ROWS
         } else {
             4
         }
+    }
+
+    /// Whether [`body_pairs`] runs: AVX2 without `vpdpbusd`.
+    fn plain_avx2(&self) -> bool {
+        !self.isa.is_avx512() && !self.isa.vnni256()
     }
 
     /// Activation rows `r..r + R` times the packed group of weight rows `g0..g0 + h`.
