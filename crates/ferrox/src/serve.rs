@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// Most prompt tokens computed per scheduler step [default: 128].
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
+    /// Most prompt tokens per step while no sequence is decoding (the larger of this and
+    /// --prefill-chunk applies then; 0 turns it off) [default: 512].
+    #[arg(long, env = "FERROX_CB_PREFILL_CHUNK_IDLE")]
+    pub prefill_chunk_idle: Option<usize>,
     /// Which prompt gets each step's chunk: `oldest` or `round-robin` [default: oldest].
     #[arg(long, env = "FERROX_CB_PREFILL_ORDER")]
     pub prefill_order: Option<String>,
@@ -207,6 +211,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.prefill_chunk {
             c.prefill_chunk_tokens = n;
+        }
+        if let Some(n) = self.prefill_chunk_idle {
+            c.prefill_chunk_idle_tokens = n;
         }
         if let Some(n) = self.max_queue {
             c.max_queue = n;

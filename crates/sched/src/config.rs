@@ -31,6 +31,15 @@ pub struct SchedulerConfig {
     /// holds a typical prompt whole halves the median time to first token under load, at the
     /// price of one ~0.4 s stall for the decoders (docs/SCHEDULER.md has the measurement).
     pub prefill_chunk_tokens: usize,
+    /// Most prompt tokens per tick while no row is decoding (the larger of this and
+    /// `prefill_chunk_tokens` applies then). Nothing waits on such a step, and each step
+    /// reads every weight once (and on AVX2 repacks the K-quant ones), so one long prompt
+    /// alone prefills in fewer, larger steps. `FERROX_CB_PREFILL_CHUNK_IDLE`, default 512:
+    /// the engine's longest step (`ferrox_engine::MAX_STEP_ROWS`) and llama-server's
+    /// micro-batch; 0 (or any value up to `prefill_chunk_tokens`) turns it off. On the 4B
+    /// shape with the `avx2` spelling the weight repack is ~8 % of a prefill in 128-token
+    /// steps and ~2 % in 512-token ones (docs/PERFORMANCE.md).
+    pub prefill_chunk_idle_tokens: usize,
     /// Most requests waiting for admission; one more is refused with `QueueFull`.
     /// `FERROX_CB_MAX_QUEUE`, default 256: a few minutes of work at 16-way batching, after
     /// which a client is better told to retry than left waiting.
@@ -138,6 +147,7 @@ impl Default for SchedulerConfig {
         Self {
             max_seqs: 16,
             prefill_chunk_tokens: 128,
+            prefill_chunk_idle_tokens: 512,
             max_queue: 256,
             kv_block_size_tokens: 16,
             kv_budget: KvBudget::Bytes(1 << 30),
@@ -220,6 +230,9 @@ impl SchedulerConfig {
         }
         if let Some(n) = number("FERROX_CB_PREFILL_CHUNK")? {
             c.prefill_chunk_tokens = n as usize;
+        }
+        if let Some(n) = number("FERROX_CB_PREFILL_CHUNK_IDLE")? {
+            c.prefill_chunk_idle_tokens = n as usize;
         }
         if let Some(n) = number("FERROX_CB_MAX_QUEUE")? {
             c.max_queue = n as usize;
@@ -339,6 +352,7 @@ mod tests {
         let c = from(&[
             ("FERROX_CB_MAX_SEQS", "4"),
             ("FERROX_CB_PREFILL_CHUNK", "32"),
+            ("FERROX_CB_PREFILL_CHUNK_IDLE", "0"),
             ("FERROX_CB_MAX_QUEUE", "0"),
             ("FERROX_CB_KV_BLOCK_SIZE", "8"),
             ("FERROX_CB_KV_BLOCKS", "100"),
@@ -357,6 +371,7 @@ mod tests {
             SchedulerConfig {
                 max_seqs: 4,
                 prefill_chunk_tokens: 32,
+                prefill_chunk_idle_tokens: 0,
                 max_queue: 0,
                 kv_block_size_tokens: 8,
                 kv_budget: KvBudget::Blocks(100),

@@ -17,7 +17,8 @@
 //!    to resume, it loses nothing) until the growing row fits — never an older row, so the
 //!    oldest always runs and FIFO's no-starvation guarantee survives;
 //! 4. **plan**: every decoding row contributes its one new token; prompt chunks of at most
-//!    `prefill_chunk_tokens` in all come from the prefilling rows in turn (the oldest first,
+//!    `prefill_chunk_tokens` in all (`prefill_chunk_idle_tokens` when no row decodes, since
+//!    then no one waits on a longer step) come from the prefilling rows in turn (the oldest first,
 //!    or round-robin; a short prompt leaves the rest of the budget to the next), each of which
 //!    first attaches any of its next prompt blocks that are cached by now; a row whose next
 //!    block an older row is computing waits for it instead of computing it too;
@@ -96,6 +97,8 @@ pub(crate) struct Worker<M: StepModel> {
     model: Arc<M>,
     limits: Limits,
     prefill_chunk_tokens: usize,
+    /// The prompt budget of a step without decode rows: at least `prefill_chunk_tokens`.
+    prefill_chunk_idle_tokens: usize,
     /// The model is an encoder: each prompt is computed whole, in one step.
     whole_prompts: bool,
     prefill_order: PrefillOrder,
@@ -153,6 +156,9 @@ impl<M: StepModel> Worker<M> {
             model,
             limits,
             prefill_chunk_tokens: config.prefill_chunk_tokens,
+            prefill_chunk_idle_tokens: config
+                .prefill_chunk_idle_tokens
+                .max(config.prefill_chunk_tokens),
             whole_prompts,
             prefill_order: config.prefill_order,
             log_every_decode_steps: config.log_every_decode_steps,
@@ -411,7 +417,8 @@ impl<M: StepModel> Worker<M> {
 
     /// What this tick runs: every decoding row's one token (and its draft), then prompt
     /// chunks of at most `prefill_chunk_tokens` in all — the next prefilling row's, and while tokens of that
-    /// budget are left (its prompt ended short of it), the next row's, and so on.
+    /// budget are left (its prompt ended short of it), the next row's, and so on. A step with
+    /// no decode row delays nobody, so its budget is `prefill_chunk_idle_tokens`.
     fn plan(&mut self) -> Option<StepPlan> {
         self.grow();
         let mut plan = StepPlan::default();
@@ -420,7 +427,11 @@ impl<M: StepModel> Worker<M> {
             plan.sampled.push((id, 1 + drafted));
             plan.decode_rows += 1;
         }
-        let mut budget = self.prefill_chunk_tokens;
+        let mut budget = if plan.decode_rows == 0 {
+            self.prefill_chunk_idle_tokens
+        } else {
+            self.prefill_chunk_tokens
+        };
         let mut planned = Vec::new();
         while budget > 0 {
             let Some(id) = self.next_prefill(&planned) else {

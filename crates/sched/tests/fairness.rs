@@ -172,3 +172,51 @@ fn the_choices_of_one_request_hold_half_the_rows_and_the_rest_is_served() {
         assert!(choice_rows <= 2, "step {i}: {call:?}");
     }
 }
+
+/// A step with no decode row delays nobody, so it takes the larger idle budget: one long
+/// prompt alone runs in fewer, larger steps (each reads every weight once). Once a row
+/// decodes, a joining prompt goes back to the small chunk.
+#[test]
+fn steps_without_decodes_take_the_idle_budget() {
+    const CHUNK: usize = 8;
+    const IDLE: usize = 32;
+    let model = Arc::new(Probe::gated(FakeModel::hash()));
+    let config = SchedulerConfig {
+        prefill_chunk_idle_tokens: IDLE,
+        ..config(4, CHUNK, 200)
+    };
+    let handle = Scheduler::start(Arc::clone(&model), config).unwrap();
+    let a = handle.submit(long(vec![1; 100], 30)).unwrap();
+    model.allow(4);
+    model.wait_until_blocked(); // A's prompt is computed; it decodes from here on
+    let b = handle.submit(long(vec![2; 60], 4)).unwrap();
+    model.open();
+    for s in [a, b] {
+        s.collect_blocking();
+    }
+    let calls = model.calls();
+    let prompt_steps = |t: u32, len: usize| -> Vec<usize> {
+        let first = calls
+            .iter()
+            .flatten()
+            .find(|ch| ch.tokens[0] == t && ch.start_pos == 0)
+            .unwrap()
+            .first_block;
+        chunks_of(&calls, first)
+            .into_iter()
+            .flatten()
+            .filter(|ch| ch.start_pos < len)
+            .map(|ch| ch.tokens.len())
+            .collect()
+    };
+    assert_eq!(
+        prompt_steps(1, 100),
+        [32, 32, 32, 4],
+        "A alone: the idle budget"
+    );
+    assert_eq!(
+        prompt_steps(2, 60),
+        [8, 8, 8, 8, 8, 8, 8, 4],
+        "B beside A's decodes: the chunk"
+    );
+}
