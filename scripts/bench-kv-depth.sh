@@ -25,7 +25,7 @@ for r in $(seq "$ROUNDS"); do
     for d in $DEPTHS; do
         for t in $TYPES; do
             echo "round $r/$ROUNDS: depth $d, $t" >&2
-            "$LCPP/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n "$NGEN" -d "$d" \
+            "$LCPP_BUILD/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n "$NGEN" -d "$d" \
                 -ctk "$t" -ctv "$t" -fa 1 -r 1 -o json >"$OUT/llama.$d.$t.$r.json" 2>/dev/null
             "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$NGEN" -d "$d" -r 1 \
                 --cache-type-k "$t" --cache-type-v "$t" --json >"$OUT/ferrox.$d.$t.$r.json"

@@ -73,12 +73,12 @@ run() {
 
 for r in $(seq "$ROUNDS"); do
     echo "round $r/$ROUNDS" >&2
-    run llama-server "$r" conversation "$LCPP/build/bin/llama-server" -m "$MODEL" \
+    run llama-server "$r" conversation "$LCPP_BUILD/bin/llama-server" -m "$MODEL" \
         -np "$CONV_NP" -c "$CONV_CTX" -t "$THREADS" "${LLAMA_CHAT[@]}" \
         --host 127.0.0.1 --port "$PORT"
     run ferrox "$r" conversation "$FERROX" serve -m "$MODEL" -t "$THREADS" \
         --host 127.0.0.1 --port "$PORT"
-    run llama-server "$r" shared-prefix "$LCPP/build/bin/llama-server" -m "$MODEL" \
+    run llama-server "$r" shared-prefix "$LCPP_BUILD/bin/llama-server" -m "$MODEL" \
         -np "$SHARED_NP" -c "$SHARED_CTX" -t "$THREADS" "${LLAMA_CHAT[@]}" \
         --host 127.0.0.1 --port "$PORT"
     run ferrox "$r" shared-prefix "$FERROX" serve -m "$MODEL" -t "$THREADS" \

@@ -42,7 +42,7 @@ run() {
 
 for r in $(seq "$ROUNDS"); do
     echo "round $r/$ROUNDS" >&2
-    run llama-server "$r" "$LCPP/build/bin/llama-server" -m "$MODEL" -np 8 -c 16384 \
+    run llama-server "$r" "$LCPP_BUILD/bin/llama-server" -m "$MODEL" -np 8 -c 16384 \
         -t "$THREADS" --host 127.0.0.1 --port "$PORT"
     run ferrox "$r" "$FERROX" serve -m "$MODEL" -t "$THREADS" --host 127.0.0.1 --port "$PORT"
 done

@@ -56,7 +56,7 @@ run() {
     wait "$pid" || true
 }
 
-LLAMA=("$LCPP/build/bin/llama-server" -m "$MODEL" -np 16 -c 65536 -t "$THREADS"
+LLAMA=("$LCPP_BUILD/bin/llama-server" -m "$MODEL" -np 16 -c 65536 -t "$THREADS"
     --host 127.0.0.1 --port "$PORT")
 for r in $(seq "$ROUNDS"); do
     for s in $SCENARIOS; do

@@ -8,6 +8,7 @@
 #
 #   scripts/bench-vs-llamacpp.sh            # ROUNDS=5 THREADS=2 BATCH=1,2,4,8,16
 #   SHAPE=gemma3-4b ROUNDS=3 BATCH=16 scripts/bench-vs-llamacpp.sh   # a real-shape model (llamacpp.sh)
+#   ISA=avx2 SHAPE=gemma3-4b scripts/bench-vs-llamacpp.sh   # both engines' AVX2 spellings (llamacpp.sh)
 #
 # IK_LLAMA_DIR=DIR adds ik_llama.cpp's llama-bench (DIR/build/bin/llama-bench; built by hand,
 # see docs/PERFORMANCE.md) to every round, as a third column.
@@ -30,14 +31,14 @@ for r in $(seq "$ROUNDS"); do
     if [ -n "$IK" ]; then
         "$IK" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json >"$OUT/ik-bench.$r.json" 2>/dev/null
     fi
-    "$LCPP/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
+    "$LCPP_BUILD/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
         >"$OUT/llama-bench.$r.json" 2>/dev/null
     "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 --json >"$OUT/ferrox.$r.json"
-    "$LCPP/build/bin/llama-batched-bench" -m "$MODEL" -c 4096 -b 2048 -ub 512 -t "$THREADS" \
+    "$LCPP_BUILD/bin/llama-batched-bench" -m "$MODEL" -c 4096 -b 2048 -ub 512 -t "$THREADS" \
         -npp 128 -ntg 128 -npl "$BATCH" --output-format jsonl >"$OUT/batched.$r.jsonl" 2>/dev/null
     "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 --batch "$BATCH" \
         --batch-prompt 128 --json >"$OUT/ferrox-batch.$r.json"
-    /usr/bin/time -f "%M" -o "$OUT/rss-llama.$r" "$LCPP/build/bin/llama-bench" -m "$MODEL" \
+    /usr/bin/time -f "%M" -o "$OUT/rss-llama.$r" "$LCPP_BUILD/bin/llama-bench" -m "$MODEL" \
         -t "$THREADS" -p 512 -n 128 -r 1 >/dev/null 2>&1
     /usr/bin/time -f "%M" -o "$OUT/rss-ferrox.$r" "$FERROX" bench -m "$MODEL" -t "$THREADS" \
         -p 512 -n 128 -r 1 >/dev/null 2>&1

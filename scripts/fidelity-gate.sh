@@ -23,7 +23,7 @@ build_ferrox
 
 "$FERROX" serve -m "$MODEL" -t "$THREADS" --host 127.0.0.1 --port "$OURS" >"$LOG/ferrox.log" 2>&1 &
 OURS_PID=$!
-"$LCPP/build/bin/llama-server" -m "$MODEL" -t "$THREADS" --host 127.0.0.1 --port "$THEIRS" \
+"$LCPP_BUILD/bin/llama-server" -m "$MODEL" -t "$THREADS" --host 127.0.0.1 --port "$THEIRS" \
     -c 4096 >"$LOG/llama-server.log" 2>&1 &
 THEIRS_PID=$!
 trap 'kill "$OURS_PID" "$THEIRS_PID" 2>/dev/null || true' EXIT

@@ -29,7 +29,7 @@ for name in "${NAMES[@]}"; do
     fp=$(target/release/examples/parity_model "$name" "$WORK/$name.gguf")
     extra=()
     [ "$name" = bert-reranker ] && extra=(--reranking)
-    "$LCPP/build/bin/llama-server" -m "$WORK/$name.gguf" -t 2 -c 2048 --host 127.0.0.1 \
+    "$LCPP_BUILD/bin/llama-server" -m "$WORK/$name.gguf" -t 2 -c 2048 --host 127.0.0.1 \
         --port "$PORT" "${extra[@]}" >"$WORK/$name.log" 2>&1 &
     pid=$!
     trap 'kill "$pid" 2>/dev/null || true' EXIT

@@ -38,7 +38,7 @@ serve() { # port log cmd...
 serve 18441 ferrox-f16 "$FERROX" serve -m "$MODEL" -t "$THREADS"
 serve 18442 ferrox-q8 "$FERROX" serve -m "$MODEL" -t "$THREADS" --cache-type-k "$KV_K" \
     --cache-type-v "$KV_V"
-LLAMA=("$LCPP/build/bin/llama-server" -m "$MODEL" -t "$THREADS" -c 8192 -fa on)
+LLAMA=("$LCPP_BUILD/bin/llama-server" -m "$MODEL" -t "$THREADS" -c 8192 -fa on)
 serve 18443 llama-f16 "${LLAMA[@]}"
 serve 18444 llama-q8 "${LLAMA[@]}" -ctk "$KV_K" -ctv "$KV_V"
 

@@ -10,27 +10,52 @@ CACHE=${FERROX_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ferrox}
 LCPP=${LLAMA_CPP_DIR:-$CACHE/llama.cpp-$VERSION}
 MODEL=${FERROX_MODEL:-$CACHE/models/gemma-3-270m-q4_k_m.gguf}
 
+# ISA=avx2 compares the AVX2 spellings: llama.cpp built a second time without the host's own
+# flags (AVX/AVX2/FMA/F16C/BMI2; no AVX-512, no AVX-VNNI) into LCPP/build-avx2, and ferrox
+# forced to its `avx2` spelling (FERROX_ISA). On an AVX-512 host this stands in for an
+# AVX2-only one. ISA=native (the default) builds both for the host.
+case "${ISA:-native}" in
+native) LCPP_BUILD=$LCPP/build ;;
+avx2)
+    LCPP_BUILD=$LCPP/build-avx2
+    export FERROX_ISA=avx2
+    ;;
+*)
+    echo "ISA=$ISA: one of native, avx2" >&2
+    exit 2
+    ;;
+esac
+
 build_llama_cpp() {
-    if [ -x "$LCPP/build/bin/llama-bench" ] && [ -x "$LCPP/build/bin/llama-batched-bench" ] &&
-        [ -x "$LCPP/build/bin/llama-server" ]; then
+    if [ -x "$LCPP_BUILD/bin/llama-bench" ] && [ -x "$LCPP_BUILD/bin/llama-batched-bench" ] &&
+        [ -x "$LCPP_BUILD/bin/llama-server" ]; then
         return
     fi
     mkdir -p "$LCPP"
-    # The sdist, fetched by package name through pip. Preparing its metadata runs its build
-    # backend (scikit-build-core, which wants cmake): installed here once and used in place
-    # (`--no-build-isolation`), since an isolated build env would build cmake from source.
-    python3 -c 'import scikit_build_core' 2>/dev/null ||
-        python3 -m pip install --quiet scikit-build-core
-    command -v cmake >/dev/null || python3 -m pip install --quiet cmake
-    python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
-        "llama-cpp-python==$VERSION" -d "$LCPP/dl"
-    tar -xzf "$LCPP"/dl/llama_cpp_python-"$VERSION".tar.gz -C "$LCPP"
     local src="$LCPP/llama_cpp_python-$VERSION/vendor/llama.cpp"
-    cmake -S "$src" -B "$LCPP/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    command -v cmake >/dev/null || python3 -m pip install --quiet cmake
+    if [ ! -d "$src" ]; then
+        # The sdist, fetched by package name through pip. Preparing its metadata runs its
+        # build backend (scikit-build-core, which wants cmake): installed here once and used
+        # in place (`--no-build-isolation`), since an isolated build env would build cmake
+        # from source.
+        python3 -c 'import scikit_build_core' 2>/dev/null ||
+            python3 -m pip install --quiet scikit-build-core
+        python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+            "llama-cpp-python==$VERSION" -d "$LCPP/dl"
+        tar -xzf "$LCPP"/dl/llama_cpp_python-"$VERSION".tar.gz -C "$LCPP"
+    fi
+    local isa=(-DGGML_NATIVE=ON)
+    if [ "$LCPP_BUILD" = "$LCPP/build-avx2" ]; then
+        isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+            -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+            -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF)
+    fi
+    cmake -S "$src" -B "$LCPP_BUILD" -DCMAKE_BUILD_TYPE=Release "${isa[@]}" \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
-        -DLLAMA_BUILD_UI=OFF >"$LCPP/cmake.log"
-    cmake --build "$LCPP/build" -j2 --target llama-bench llama-batched-bench llama-server \
-        >"$LCPP/build.log"
+        -DLLAMA_BUILD_UI=OFF >"$LCPP_BUILD.cmake.log"
+    cmake --build "$LCPP_BUILD" -j2 --target llama-bench llama-batched-bench llama-server \
+        >"$LCPP_BUILD.build.log"
 }
 
 
