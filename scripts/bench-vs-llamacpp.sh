@@ -11,7 +11,7 @@
 #   ISA=avx2 SHAPE=gemma3-4b scripts/bench-vs-llamacpp.sh   # both engines' AVX2 spellings (llamacpp.sh)
 #
 # IK_LLAMA_DIR=DIR adds ik_llama.cpp's llama-bench (DIR/build/bin/llama-bench; built by hand,
-# see docs/PERFORMANCE.md) to every round, as a third column.
+# see docs/PERFORMANCE.md) to every round, as a third column (with ISA=avx2, an AVX2 build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
