@@ -18,10 +18,10 @@
 //!    oldest always runs and FIFO's no-starvation guarantee survives;
 //! 4. **plan**: every decoding row contributes its one new token; prompt chunks of at most
 //!    `prefill_chunk_tokens` in all (`prefill_chunk_idle_tokens` when no row decodes, since
-//!    then no one waits on a longer step) come from the prefilling rows in turn (the oldest first,
-//!    or round-robin; a short prompt leaves the rest of the budget to the next), each of which
-//!    first attaches any of its next prompt blocks that are cached by now; a row whose next
-//!    block an older row is computing waits for it instead of computing it too;
+//!    then no one waits on a longer step) come from the prefilling rows in turn (the oldest
+//!    first, or round-robin; a short prompt leaves the rest of the budget to the next), each
+//!    of which first attaches any of its next prompt blocks that are cached by now; a row
+//!    whose next block an older row is computing waits for it instead of computing it too;
 //! 5. **forward**: one model call carries the decode rows and the prompt chunks together;
 //! 6. **sample, stop, deliver**: each row that got logits samples with its own sampler, runs
 //!    its stop matcher and sends its token;

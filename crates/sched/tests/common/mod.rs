@@ -32,8 +32,8 @@ pub fn config(max_seqs: usize, prefill_chunk_tokens: usize, kv_blocks: usize) ->
     SchedulerConfig {
         max_seqs,
         prefill_chunk_tokens,
-        // Every step's prompt budget is the one the test names (`idle_chunk_...` tests the
-        // larger budget of steps without decodes).
+        // Every step's prompt budget is the one the test names (`fairness.rs`'s
+        // `steps_without_decodes_take_the_idle_budget` tests the larger one).
         prefill_chunk_idle_tokens: 0,
         max_queue: 10_000,
         kv_block_size_tokens: 4,
