@@ -5,7 +5,11 @@
 //! order: embed; per layer: norm, Q/K/V projections (batched over every token of every
 //! sequence), per-head QK-norm and RoPE, K/V written into the paged cache, attention per
 //! query over its own sequence, output projection, residual, norm, gated FFN (batched; for a
-//! mixture of experts, routed and grouped by expert in `moe.rs`), residual; then final norm and the output head for the rows that asked for logits.
+//! mixture of experts, routed and grouped by expert in `moe.rs`), residual (one block:
+//! `model/layer.rs`); then final norm and the output head for the rows that asked for logits.
+//! The last layer writes every row's K/V but carries on only the rows whose outputs are read
+//! (logit rows, hidden states), as llama.cpp does: a prompt chunk's other rows would pay that
+//! layer's attention and feed-forward for nothing (~1/layers of a prefill).
 //!
 //! Batch invariance (a row's logits are bit-identical alone or in any batch, at any prefill
 //! chunk size) holds because every operation here is per row with a fixed operation order,
@@ -19,18 +23,17 @@ use ferrox_gguf::GgmlType;
 use ferrox_gguf::GgufFile;
 use ferrox_kernels::{ActKind, Activations, Q8Rows8, ThreadPool};
 
-use crate::attention::{attend, AttnShape, Query};
-use crate::config::{Activation, ModelConfig, QkNorm};
+use crate::attention::Query;
+use crate::config::ModelConfig;
 use crate::encoder::{Encoder, EncoderWeights};
 use crate::error::EngineError;
 use crate::kv::{KvCache, KvShape, KvType, SeqChunk};
-use crate::moe::{moe_ffn, MoeScratch};
-use crate::ops::{
-    par_rows, rms_norm, rms_norm_rows, rope_freqs, rope_freqs_yarn, rope_table, rope_with,
-    RopeTable,
-};
+use crate::ops::{rms_norm_rows, rope_freqs, rope_freqs_yarn, rope_table};
 use crate::tokenizer::Tokenizer;
-use crate::weights::{Ffn, LayerWeights, Matrix, Weights};
+use crate::weights::{Matrix, Weights};
+
+mod layer;
+use layer::Scratch;
 
 /// Most token rows one forward pass computes at once; larger steps are split (see
 /// `forward_multi_seq`). Each step reads every weight from memory and the K-quant GEMM
@@ -453,15 +456,26 @@ impl Model {
         rope_table(&mut s.rope_global, &positions, &self.freqs_global, mscale);
         rope_table(&mut s.rope_swa, &positions, &self.freqs_swa, mscale);
         self.embed(weights, &tokens, &mut s.x);
-        for (il, lw) in weights.layers.iter().enumerate() {
-            self.layer(il, lw, kv, &queries, s);
+        // The rows whose output is read: each chunk's last `logit_rows`, or all of a chunk
+        // that wants hidden states. The last layer carries only these past its K/V.
+        let mut keep = Vec::with_capacity(n);
+        let mut row = 0;
+        for c in chunks {
+            keep.extend(row + skipped_rows(c)..row + c.tokens.len());
+            row += c.tokens.len();
         }
+        let last = weights.layers.len().saturating_sub(1);
+        for (il, lw) in weights.layers.iter().enumerate() {
+            let keep = (il == last).then_some(&keep[..]);
+            self.layer(il, lw, kv, &queries, keep, s);
+        }
+        // `x` now holds the kept rows only, chunk by chunk.
         let x = &s.x;
         let d = cfg.n_embd;
         // Every row of a chunk that wants hidden states, normed as the head would see it.
         let mut row = 0;
         for c in chunks {
-            let rows = row..row + c.tokens.len();
+            let rows = row..row + c.tokens.len() - skipped_rows(c);
             row = rows.end;
             if c.want_hidden {
                 let from = hidden.len();
@@ -473,7 +487,7 @@ impl Model {
         let mut last = Vec::new();
         let mut row = 0;
         for c in chunks {
-            row += c.tokens.len();
+            row += c.tokens.len() - skipped_rows(c);
             last.extend_from_slice(&x[(row - c.logit_rows) * d..row * d]);
         }
         let n_out = last.len() / d;
@@ -595,236 +609,14 @@ impl Model {
             }
         }
     }
-
-    /// One transformer block over all `n` rows of `s.x`, in place.
-    fn layer(
-        &self,
-        il: usize,
-        lw: &LayerWeights,
-        kv: &mut KvCache,
-        queries: &[Query],
-        s: &mut Scratch,
-    ) {
-        let cfg = &self.config;
-        let pool = &*self.pool;
-        let n = queries.len();
-        let (d, hd, qd, kvd) = (cfg.n_embd, cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
-        let eps = cfg.rms_eps;
-
-        // Attention block.
-        normed(pool, &mut s.h, &s.x, d, lw.attn_norm.as_deref(), eps);
-        self.matmul_shared(
-            &mut s.acts,
-            &s.h,
-            n,
-            [(&lw.wq, &mut s.q), (&lw.wk, &mut s.k), (&lw.wv, &mut s.v)],
-        );
-        add_bias(&mut s.q, lw.bq.as_deref());
-        add_bias(&mut s.k, lw.bk.as_deref());
-        add_bias(&mut s.v, lw.bv.as_deref());
-        let sliding = cfg.is_sliding(il);
-        let rope = if sliding { &s.rope_swa } else { &s.rope_global };
-        let ropes = cfg.ropes(il);
-        let style = cfg.rope_style;
-        let (mut q_norm, mut k_norm) = (lw.q_norm.as_deref(), lw.k_norm.as_deref());
-        if cfg.arch.qk_norm() == Some(QkNorm::Whole) {
-            // OLMoE: one RMSNorm over each token's whole Q and K, before RoPE splits heads.
-            if let (Some(qn), Some(kn)) = (q_norm.take(), k_norm.take()) {
-                par_rows(pool, &mut s.q, qd, &|_, row| rms_norm(row, qn, eps));
-                par_rows(pool, &mut s.k, kvd, &|_, row| rms_norm(row, kn, eps));
-            }
-        }
-        par_rows(pool, &mut s.q, qd, &|r, row| {
-            rope_heads(
-                row,
-                hd,
-                ropes.then(|| rope.row(r)),
-                q_norm,
-                Some(cfg.attn_scale * cfg.query_temperature(queries[r].pos)),
-                eps,
-                style,
-            )
-        });
-        par_rows(pool, &mut s.k, kvd, &|r, row| {
-            rope_heads(
-                row,
-                hd,
-                ropes.then(|| rope.row(r)),
-                k_norm,
-                None,
-                eps,
-                style,
-            )
-        });
-        for (r, query) in queries.iter().enumerate() {
-            let slot = kv.slot(il, query.blocks, query.pos);
-            let rows = r * kvd..(r + 1) * kvd;
-            kv.store(slot, &s.k[rows.clone()], &s.v[rows]);
-        }
-        let shape = AttnShape {
-            layer: il,
-            n_head: cfg.n_head,
-            n_head_kv: cfg.n_head_kv,
-            head_dim: hd,
-            window: sliding.then_some(cfg.sliding_window),
-            softcap: cfg.attn_softcap,
-            sinks: lw.sinks.as_deref(),
-        };
-        attend(pool, kv, shape, queries, &s.q, &mut s.att);
-        self.matmul(&lw.wo, &s.att, n, &mut s.o);
-        add_bias(&mut s.o, lw.bo.as_deref());
-        residual(
-            pool,
-            &mut s.x,
-            &mut s.o,
-            d,
-            lw.post_attn_norm.as_deref(),
-            eps,
-            cfg.residual_scale,
-        );
-
-        // Feed-forward block.
-        normed(pool, &mut s.h, &s.x, d, lw.ffn_norm.as_deref(), eps);
-        match &lw.ffn {
-            Ffn::Dense { gate, up, down } => {
-                self.matmul_shared(&mut s.acts, &s.h, n, [(gate, &mut s.gate), (up, &mut s.up)]);
-                let (up, ff) = (&s.up, cfg.n_ff);
-                par_rows(pool, &mut s.gate, ff, &|r, g| {
-                    let u = &up[r * ff..(r + 1) * ff];
-                    match cfg.activation {
-                        Activation::GeluTanh => ferrox_kernels::gelu_tanh_mul(g, u),
-                        Activation::Silu => ferrox_kernels::silu_mul(g, u),
-                    }
-                });
-                self.matmul(down, &s.gate, n, &mut s.o);
-            }
-            Ffn::Moe(mw) => {
-                let moe = cfg
-                    .moe
-                    .as_ref()
-                    .expect("MoE weights come with an MoE config");
-                moe_ffn(pool, &self.file, mw, moe, &s.h, n, d, &mut s.o, &mut s.moe);
-            }
-        }
-        residual(
-            pool,
-            &mut s.x,
-            &mut s.o,
-            d,
-            lw.post_ffn_norm.as_deref(),
-            eps,
-            cfg.residual_scale,
-        );
-    }
 }
 
-/// `h = norm(x)`, row by row: a block's input (`x` itself where the family norms none).
-fn normed(pool: &ThreadPool, h: &mut [f32], x: &[f32], d: usize, w: Option<&[f32]>, eps: f32) {
-    par_rows(pool, h, d, &|r, h| {
-        h.copy_from_slice(&x[r * d..(r + 1) * d]);
-        if let Some(w) = w {
-            rms_norm(h, w, eps);
-        }
-    });
-}
-
-/// One row of queries or keys, head by head: the head's norm (Gemma 3, Qwen 3), RoPE (but in
-/// SmolLM 3's layers without it), and for the queries the attention scale.
-fn rope_heads(
-    row: &mut [f32],
-    hd: usize,
-    rotation: Option<(&[f32], &[f32])>,
-    norm: Option<&[f32]>,
-    scale: Option<f32>,
-    eps: f32,
-    style: crate::config::RopeStyle,
-) {
-    for head in row.chunks_exact_mut(hd) {
-        if let Some(w) = norm {
-            rms_norm(head, w, eps);
-        }
-        if let Some((cos, sin)) = rotation {
-            rope_with(head, cos, sin, style);
-        }
-        if let Some(a) = scale {
-            head.iter_mut().for_each(|v| *v *= a);
-        }
-    }
-}
-
-/// `x += norm(o)`, row by row: the block's output, normed where the architecture has a post
-/// norm (Gemma), scaled where it has a residual multiplier (Granite), added to the residual
-/// stream.
-#[allow(clippy::too_many_arguments)]
-fn residual(
-    pool: &ThreadPool,
-    x: &mut [f32],
-    o: &mut [f32],
-    d: usize,
-    norm: Option<&[f32]>,
-    eps: f32,
-    scale: Option<f32>,
-) {
-    if let Some(w) = norm {
-        par_rows(pool, o, d, &|_, row| rms_norm(row, w, eps));
-    }
-    if let Some(k) = scale {
-        par_rows(pool, o, d, &|_, row| row.iter_mut().for_each(|v| *v *= k));
-    }
-    let o = &*o;
-    par_rows(pool, x, d, &|r, row| {
-        row.iter_mut()
-            .zip(&o[r * d..(r + 1) * d])
-            .for_each(|(a, &b)| *a += b)
-    });
-}
-
-/// Per-step activation buffers, sized for `n` rows by [`Scratch::resize`], and the step's
-/// RoPE rotations (one row per query, shared by every layer of the same kind).
-#[derive(Default)]
-struct Scratch {
-    x: Vec<f32>,
-    rope_global: RopeTable,
-    rope_swa: RopeTable,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    /// `h` quantized once for the matrices that read it together (`Model::matmul_shared`).
-    acts: Activations,
-    /// The expert layers' buffers (an MoE model's).
-    moe: MoeScratch,
-}
-
-impl Scratch {
-    /// Sizes every buffer for `n` rows. Contents are left as they are: each buffer is fully
-    /// overwritten (embedding, copy or matmul output) before it is read in a step.
-    fn resize(&mut self, cfg: &ModelConfig, n: usize) {
-        let sizes = [
-            (&mut self.x, cfg.n_embd),
-            (&mut self.h, cfg.n_embd),
-            (&mut self.q, cfg.q_dim()),
-            (&mut self.k, cfg.kv_dim()),
-            (&mut self.v, cfg.kv_dim()),
-            (&mut self.att, cfg.q_dim()),
-            (&mut self.o, cfg.n_embd),
-            (&mut self.gate, cfg.n_ff),
-            (&mut self.up, cfg.n_ff),
-        ];
-        for (buf, width) in sizes {
-            buf.resize(n * width, 0.0);
-        }
-    }
-}
-
-fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
-    if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
-        }
+/// The rows of a chunk whose outputs nothing reads (its leading rows, before the last
+/// `logit_rows`; none where it wants hidden states).
+fn skipped_rows(c: &SeqChunk) -> usize {
+    if c.want_hidden {
+        0
+    } else {
+        c.tokens.len() - c.logit_rows
     }
 }

@@ -402,3 +402,48 @@ fn weights_copied_to_huge_pages_give_the_same_logits() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The last layer carries on only the rows whose outputs are read: a chunk's hidden states
+/// (every row, `want_hidden`) and another's logits are the bits they are alone when they share
+/// a step with a chunk that reads nothing (a prompt's middle), placed before, between and
+/// after them.
+#[test]
+fn pruned_rows_leave_hidden_states_and_logits_unchanged() {
+    let m = synthetic::load(
+        &SyntheticSpec::tiny(Arch::Gemma3, 5).quantized(GgmlType::Q4_K),
+        2,
+    )
+    .unwrap();
+    let ps = prompts(&[11, 7, 9], 320);
+    let tables: Vec<Vec<u32>> = (0..3).map(table).collect();
+    let chunk = |s: usize, logit_rows: usize, want_hidden: bool| SeqChunk {
+        tokens: &ps[s],
+        start_pos: 0,
+        blocks: &tables[s],
+        logit_rows,
+        want_hidden,
+    };
+    let step = |chunks: &[SeqChunk]| {
+        let mut kv: KvCache = m.new_kv_cache(BS, 3 * PER_SEQ as usize);
+        let (mut logits, mut hidden) = (Vec::new(), Vec::new());
+        m.forward_multi_seq_hidden_into(&mut kv, chunks, &mut logits, &mut hidden)
+            .unwrap();
+        (logits, hidden)
+    };
+    let (_, hidden_alone) = step(&[chunk(0, 0, true)]);
+    let (logits_alone, _) = step(&[chunk(1, 2, false)]);
+    assert_eq!(hidden_alone.len(), ps[0].len() * m.config().n_embd);
+    for order in [[2, 0, 1], [0, 2, 1], [0, 1, 2]] {
+        let chunks: Vec<SeqChunk> = order
+            .iter()
+            .map(|&s| match s {
+                0 => chunk(0, 0, true),
+                1 => chunk(1, 2, false),
+                _ => chunk(2, 0, false),
+            })
+            .collect();
+        let (logits, hidden) = step(&chunks);
+        assert!(hidden == hidden_alone, "{order:?}: hidden states changed");
+        assert!(logits == logits_alone, "{order:?}: logits changed");
+    }
+}
