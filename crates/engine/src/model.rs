@@ -457,22 +457,27 @@ impl Model {
         rope_table(&mut s.rope_swa, &positions, &self.freqs_swa, mscale);
         self.embed(weights, &tokens, &mut s.x);
         // The rows whose output is read: each chunk's last `logit_rows`, or all of a chunk
-        // that wants hidden states. The last layer carries only these past its K/V.
-        let mut keep = Vec::with_capacity(n);
-        let mut row = 0;
-        for c in chunks {
-            keep.extend(row + skipped_rows(c)..row + c.tokens.len());
-            row += c.tokens.len();
-        }
+        // that wants hidden states. Where some row is not (a prompt chunk), the last layer
+        // carries only these past its K/V; a decode step reads every row and builds nothing.
+        let keep = chunks.iter().any(|c| skipped_rows(c) > 0).then(|| {
+            let mut keep = Vec::with_capacity(n);
+            let mut row = 0;
+            for c in chunks {
+                keep.extend(row + skipped_rows(c)..row + c.tokens.len());
+                row += c.tokens.len();
+            }
+            keep
+        });
         let last = weights.layers.len().saturating_sub(1);
         for (il, lw) in weights.layers.iter().enumerate() {
-            let keep = (il == last).then_some(&keep[..]);
+            let keep = keep.as_deref().filter(|_| il == last);
             self.layer(il, lw, kv, &queries, keep, s);
         }
-        // `x` now holds the kept rows only, chunk by chunk.
+        // `x` now holds the kept rows only, chunk by chunk. Every row of a chunk that wants
+        // hidden states, normed as the head would see it; its last `logit_rows` for the head.
         let x = &s.x;
         let d = cfg.n_embd;
-        // Every row of a chunk that wants hidden states, normed as the head would see it.
+        let mut last = Vec::new();
         let mut row = 0;
         for c in chunks {
             let rows = row..row + c.tokens.len() - skipped_rows(c);
@@ -482,14 +487,9 @@ impl Model {
                 hidden.extend_from_slice(&x[rows.start * d..rows.end * d]);
                 rms_norm_rows(&mut hidden[from..], &weights.output_norm, cfg.rms_eps);
             }
+            last.extend_from_slice(&x[(rows.end - c.logit_rows) * d..rows.end * d]);
         }
         // Final norm and head, only for the rows that asked for logits.
-        let mut last = Vec::new();
-        let mut row = 0;
-        for c in chunks {
-            row += c.tokens.len() - skipped_rows(c);
-            last.extend_from_slice(&x[(row - c.logit_rows) * d..row * d]);
-        }
         let n_out = last.len() / d;
         rms_norm_rows(&mut last, &weights.output_norm, cfg.rms_eps);
         let logits = &mut out[..n_out * cfg.n_vocab];

@@ -87,14 +87,14 @@ impl Model {
         }
         let kept: Vec<Query>;
         let (queries, n) = match keep {
-            Some(keep) if keep.len() < n => {
+            Some(keep) => {
                 compact_rows(&mut s.q, qd, keep);
                 compact_rows(&mut s.x, d, keep);
                 s.resize(cfg, keep.len());
                 kept = keep.iter().map(|&r| queries[r]).collect();
                 (&kept[..], keep.len())
             }
-            _ => (queries, n),
+            None => (queries, n),
         };
         if n == 0 {
             return;
