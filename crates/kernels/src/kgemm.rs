@@ -64,7 +64,7 @@ struct Packed {
     /// i16 pairs `(b_2k, b_2k+1)` per row: the 16-value groups' mins (formats with mins) or
     /// `offset · scale` (signed formats), to multiply with the activations' block sums. For
     /// [`body_pairs`] the formats with one min per 32 values take four pairs of consecutive
-    /// mins instead, against sums of 32 activations ([`sums32`]).
+    /// mins instead, against sums of 32 activations ([`BlockQ8K::sums32`]).
     bias: [[i32; ROWS]; 8],
     d: [f32; ROWS],
     dmin: [f32; ROWS],
@@ -432,31 +432,13 @@ const fn mins32<B: KPack>() -> bool {
     B::HAS_MIN && B::GROUP_VALUES == 32
 }
 
-/// The activation block's sums of 32 values as four i16 pairs `(s_2k, s_2k+1)` (each sum at
-/// most 32 · 127 in magnitude, so exact in i16).
-#[inline(always)]
-unsafe fn sums32(bsums: &[i16; 16]) -> [i32; 4] {
-    // SAFETY: AVX2, as the caller promised; 32 bytes read from `bsums`, 16 written to `out`.
-    unsafe {
-        let b = _mm256_loadu_si256(bsums.as_ptr().cast());
-        let s = _mm256_madd_epi16(b, _mm256_set1_epi16(1));
-        // i32 lanes (s0 s1)(s2 s3)(s0 s1)(s2 s3) | (s4 s5)(s6 s7)(s4 s5)(s6 s7) as i16 pairs.
-        let p = _mm256_packs_epi32(s, s);
-        let q = _mm256_permute4x64_epi64::<0b1000>(p);
-        let mut out = [0i32; 4];
-        _mm_storeu_si128(out.as_mut_ptr().cast(), _mm256_castsi256_si128(q));
-        out
-    }
-}
-
 /// [`finish_superblock`] for the [`mins32`] formats in [`body_pairs`]: the mins' dot is four
 /// i16 pairs of consecutive mins per lane against the matching pairs of 32-value activation
-/// sums (`sums[r]`, from [`sums32`]); then `k_accumulate`'s float step.
+/// sums ([`BlockQ8K::sums32`]); then `k_accumulate`'s float step.
 #[inline(always)]
 unsafe fn finish_mins32<const R: usize>(
     p: &Packed,
     lane0: usize,
-    sums: &[[i32; 4]; R],
     xs: &[&[BlockQ8K]; R],
     j: usize,
     raw: &[__m256i; R],
@@ -469,8 +451,8 @@ unsafe fn finish_mins32<const R: usize>(
         let mut bs = [_mm256_setzero_si256(); R];
         for k in 0..4 {
             let b = L::load_i(p.bias[k].as_ptr().add(lane0));
-            for (b_r, sum) in bs.iter_mut().zip(sums) {
-                let x = _mm256_set1_epi32(sum[k]);
+            for (b_r, x) in bs.iter_mut().zip(xs) {
+                let x = _mm256_set1_epi32(x[j].sums32_pair(k));
                 *b_r = _mm256_add_epi32(*b_r, _mm256_madd_epi16(b, x));
             }
         }
@@ -544,19 +526,11 @@ unsafe fn body_pairs<B: KPack, const R: usize>(
                     }
                 }
             }
-            // (A loop, not a closure: a closure is compiled without AVX2 and would call the
-            // intrinsics rather than inline them.)
-            let mut sums = [[0i32; 4]; R];
-            if mins32::<B>() {
-                for (sum, x) in sums.iter_mut().zip(xs) {
-                    *sum = sums32(&x[j].bsums);
-                }
-            }
             for (h, raw_h) in raw.iter().enumerate() {
                 let mut acc: [__m256; R] =
                     std::array::from_fn(|r| L::load_f(out[r].as_ptr().add(8 * h)));
                 if mins32::<B>() {
-                    finish_mins32::<R>(p, 8 * h, &sums, xs, j, raw_h, &mut acc);
+                    finish_mins32::<R>(p, 8 * h, xs, j, raw_h, &mut acc);
                 } else {
                     finish_superblock::<L, B, R>(p, 8 * h, xs, j, raw_h, &mut acc);
                 }

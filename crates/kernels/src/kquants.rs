@@ -83,14 +83,28 @@ const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 /// Q8_K, ggml's activation format for the K-quants: f32 scale, 256 i8 quants, and the sum
 /// of each 16 quants (which the formats with mins, and the offset formats, multiply by).
 /// Quantization is symmetric in -127..=127.
+///
+/// In memory it also carries the sum of each 32 quants (`sums32`, beyond ggml's 292 bytes;
+/// [`BlockQ8K::to_bytes`] writes ggml's layout): the formats with one min per 32 values
+/// (Q4_K, Q5_K) dot their mins with these, two sub-blocks to an i16 pair, half the multiplies
+/// of pairing them with `bsums` (`krows`, `kgemm`). Each is at most 32 · 127, exact in i16.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockQ8K {
     pub d: f32,
     pub qs: [i8; 256],
     pub bsums: [i16; 16],
+    /// `bsums[2k] + bsums[2k + 1]`; as i32 words, the pairs `(sums32[2k], sums32[2k + 1])`.
+    pub sums32: [i16; 8],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
+const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 308);
+const _: () = assert!(std::mem::offset_of!(BlockQ8K, sums32).is_multiple_of(4));
+
+/// `lo` and `hi` as the low and high halves of one i32 (its little-endian bytes are theirs).
+#[inline(always)]
+fn i16_pair(lo: i16, hi: i16) -> i32 {
+    ((lo as u16 as u32) | ((hi as u16 as u32) << 16)) as i32
+}
 
 impl Default for BlockQ8K {
     fn default() -> Self {
@@ -98,6 +112,7 @@ impl Default for BlockQ8K {
             d: 0.0,
             qs: [0; 256],
             bsums: [0; 16],
+            sums32: [0; 8],
         }
     }
 }
@@ -116,7 +131,28 @@ impl BlockQ8K {
         for (s, g) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
             *s = g.iter().map(|&q| q as i16).sum();
         }
+        b.fill_sums32();
         b
+    }
+
+    /// `sums32` from `bsums` (both quantizers end with this).
+    pub(crate) fn fill_sums32(&mut self) {
+        for (s, pair) in self.sums32.iter_mut().zip(self.bsums.chunks_exact(2)) {
+            *s = pair[0] + pair[1];
+        }
+    }
+
+    /// Block sums `2k` and `2k + 1` as one i32 of two i16 halves (the `x` of an i16-pair
+    /// dot: `madd`, `vpdpwssd`).
+    #[inline(always)]
+    pub(crate) fn bsums_pair(&self, k: usize) -> i32 {
+        i16_pair(self.bsums[2 * k], self.bsums[2 * k + 1])
+    }
+
+    /// [`BlockQ8K::bsums_pair`] of the 32-value sums.
+    #[inline(always)]
+    pub(crate) fn sums32_pair(&self, k: usize) -> i32 {
+        i16_pair(self.sums32[2 * k], self.sums32[2 * k + 1])
     }
 
     /// Q8_K as stored bytes (GGUF allows the type): decode one block.
@@ -670,9 +706,10 @@ mod tests {
             std::mem::size_of::<BlockQ6K>(),
             GgmlType::Q6_K.block_bytes()
         );
+        // ggml's bytes, then `sums32`.
         assert_eq!(
             std::mem::size_of::<BlockQ8K>(),
-            GgmlType::Q8_K.block_bytes()
+            GgmlType::Q8_K.block_bytes() + 16
         );
     }
 
@@ -796,6 +833,10 @@ mod tests {
         for g in 0..16 {
             let s: i32 = b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i32).sum();
             assert_eq!(b.bsums[g] as i32, s);
+        }
+        for k in 0..8 {
+            let s: i32 = b.qs[32 * k..32 * k + 32].iter().map(|&q| q as i32).sum();
+            assert_eq!(b.sums32[k] as i32, s);
         }
         let mut bytes = Vec::new();
         b.to_bytes(&mut bytes);

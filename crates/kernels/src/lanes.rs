@@ -20,13 +20,6 @@ pub(crate) fn word(q: &[i8; QK_K], c: usize) -> i32 {
     i32::from_le_bytes(b.map(|v| v as u8))
 }
 
-/// Block sums `2k` and `2k + 1` of an activation super-block as one i32 of two i16 halves
-/// (the `x` of [`Lanes::dot2`]).
-#[inline(always)]
-fn bsum_pair(bsums: &[i16; 16], k: usize) -> i32 {
-    ((bsums[2 * k] as u16 as u32) | ((bsums[2 * k + 1] as u16 as u32) << 16)) as i32
-}
-
 /// `acc[r] += Σ₂ w·(block sums 2k, 2k + 1 of row r's super-block j)` for every activation
 /// row: per-weight-row i16 pairs (mins, scales, offsets) against the activations' 16-value
 /// block sums, exact in i32.
@@ -43,7 +36,26 @@ pub(crate) unsafe fn dot_bsums<L: Lanes, const R: usize>(
 ) {
     for r in 0..R {
         // SAFETY: the features of `L`, as the caller promised.
-        acc[r] = unsafe { L::dot2(acc[r], w, bsum_pair(&xs[r][j].bsums, k)) };
+        acc[r] = unsafe { L::dot2(acc[r], w, xs[r][j].bsums_pair(k)) };
+    }
+}
+
+/// [`dot_bsums`] against the 32-value sums `2k` and `2k + 1` ([`BlockQ8K::sums32`]): for the
+/// formats with one min per 32 values, two sub-blocks per `dot2`.
+///
+/// # Safety
+/// The features of `L`.
+#[inline(always)]
+pub(crate) unsafe fn dot_sums32<L: Lanes, const R: usize>(
+    acc: &mut [L::I; R],
+    w: L::I,
+    xs: &[&[BlockQ8K]; R],
+    j: usize,
+    k: usize,
+) {
+    for r in 0..R {
+        // SAFETY: the features of `L`, as the caller promised.
+        acc[r] = unsafe { L::dot2(acc[r], w, xs[r][j].sums32_pair(k)) };
     }
 }
 

@@ -119,4 +119,5 @@ pub unsafe fn quantize_q8k(x: &[f32; 256], out: &mut BlockQ8K) {
     for (s, g) in out.bsums.iter_mut().zip(groups) {
         *s = hsum_epi32(g) as i16;
     }
+    out.fill_sums32();
 }
