@@ -30,14 +30,14 @@
 use crate::block::Isa;
 use half::f16;
 
-const LOG2E: f32 = std::f32::consts::LOG2_E;
+pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split: `LN2_HI` has 9 significant bits, so `n * LN2_HI` is exact for |n| ≤ 128.
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-const EXP_MIN: f32 = -87.3;
-const EXP_MAX: f32 = 88.3;
+pub(crate) const LN2_HI: f32 = 0.693_359_4;
+pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+pub(crate) const EXP_MIN: f32 = -87.3;
+pub(crate) const EXP_MAX: f32 = 88.3;
 /// 1/k! for k = 6 down to 0 (Horner order).
-const TAYLOR: [f32; 7] = [
+pub(crate) const TAYLOR: [f32; 7] = [
     1.0 / 720.0,
     1.0 / 120.0,
     1.0 / 24.0,
@@ -46,8 +46,8 @@ const TAYLOR: [f32; 7] = [
     1.0,
     1.0,
 ];
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-const GELU_CUBIC: f32 = 0.044_715;
+pub(crate) const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+pub(crate) const GELU_CUBIC: f32 = 0.044_715;
 
 /// `e^x` by the method in the module doc (bit-identical to the AVX2 lanes).
 #[inline]
@@ -75,7 +75,7 @@ pub fn exp_f32(x: f32) -> f32 {
 /// golden "haiku" continuation's deciding logit gap from +0.20 to −0.11 (llama.cpp: +0.59,
 /// f64 reference: +0.60), flipping the token; this form gives +0.30 (2026-11-30).
 #[inline]
-fn gelu_scalar(x: f32) -> f32 {
+pub(crate) fn gelu_scalar(x: f32) -> f32 {
     let inner = (GELU_CUBIC * x * x).mul_add(x, x);
     let y = SQRT_2_OVER_PI * inner;
     // tanh(y) = 1 - 2 / (e^(2y) + 1), odd: computed on |y| and given y's sign.
@@ -85,7 +85,7 @@ fn gelu_scalar(x: f32) -> f32 {
 }
 
 #[inline]
-fn silu_scalar(x: f32) -> f32 {
+pub(crate) fn silu_scalar(x: f32) -> f32 {
     x / (1.0 + exp_f32(-x))
 }
 
@@ -580,6 +580,11 @@ pub fn exp_shift_sum_isa(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
 /// `gate[i] = gelu_tanh(gate[i]) * up[i]` on `isa` (bit-identical across ISAs).
 pub fn gelu_tanh_mul_isa(isa: Isa, gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() {
+        // SAFETY: an AVX-512 `Isa` proves the CPU features.
+        return unsafe { crate::attn_avx512::gelu_tanh_mul(gate, up) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.is_avx2() {
         // SAFETY: an AVX2 `Isa` proves the CPU features.
         return unsafe { avx2::gate(gate, up, |x| avx2::gelu8(x), gelu_scalar) };
@@ -593,6 +598,11 @@ pub fn gelu_tanh_mul_isa(isa: Isa, gate: &mut [f32], up: &[f32]) {
 
 /// `gate[i] = silu(gate[i]) * up[i]` on `isa` (bit-identical across ISAs).
 pub fn silu_mul_isa(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() {
+        // SAFETY: an AVX-512 `Isa` proves the CPU features.
+        return unsafe { crate::attn_avx512::silu_mul(gate, up) };
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.is_avx2() {
         // SAFETY: an AVX2 `Isa` proves the CPU features.
@@ -666,24 +676,27 @@ mod tests {
 
     #[test]
     fn exp_and_gates_are_bit_identical_across_isas() {
-        let Some(isa) = Isa::avx2() else { return };
-        for n in [0, 1, 7, 8, 9, 33, 100] {
+        for (isa, n) in Isa::available()
+            .into_iter()
+            .skip(1)
+            .flat_map(|isa| [0, 1, 7, 8, 9, 16, 24, 33, 100].map(|n| (isa, n)))
+        {
             let x: Vec<f32> = data(n, 3).iter().map(|v| v * 90.0).collect();
             let (mut a, mut b) = (x.clone(), x.clone());
             let sa = exp_shift_sum_isa(isa, &mut a, 1.5);
             let sb = exp_shift_sum_isa(Isa::scalar(), &mut b, 1.5);
-            assert_eq!(a, b, "exp n={n}");
+            assert_eq!(a, b, "exp {} n={n}", isa.name());
             assert!((sa - sb).abs() <= 1e-6 * sb.abs(), "sum n={n}");
             let up = data(n, 4);
             let g: Vec<f32> = data(n, 5).iter().map(|v| v * 8.0).collect();
             let (mut a, mut b) = (g.clone(), g.clone());
             gelu_tanh_mul_isa(isa, &mut a, &up);
             gelu_tanh_mul_isa(Isa::scalar(), &mut b, &up);
-            assert_eq!(a, b, "gelu n={n}");
+            assert_eq!(bits(&a), bits(&b), "gelu {} n={n}", isa.name());
             let (mut a, mut b) = (g.clone(), g.clone());
             silu_mul_isa(isa, &mut a, &up);
             silu_mul_isa(Isa::scalar(), &mut b, &up);
-            assert_eq!(a, b, "silu n={n}");
+            assert_eq!(bits(&a), bits(&b), "silu {} n={n}", isa.name());
         }
     }
 

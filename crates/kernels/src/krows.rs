@@ -549,15 +549,14 @@ mod simd {
                 let mut sumi = [L::zero_i(); R];
                 for h in 0..2 {
                     // All four value slices of each chunk from one load of its vectors; past
-                    // four rows, one slice at a time (the vectors loaded again from L1), so
-                    // that eight rows' sums fit in registers.
+                    // four rows, two slices at a time (the vectors loaded again from L1), so
+                    // that eight rows' sums fit in registers (one slice at a time spilled
+                    // and was 4 % slower: 0.228 against 0.218 ns, `avx512`, Zen 4).
                     if R <= 4 {
                         slices6::<L, R, 0, 4>(p, lane0, &x, h, run, &mut sumi);
                     } else {
-                        slices6::<L, R, 0, 1>(p, lane0, &x, h, run, &mut sumi);
-                        slices6::<L, R, 1, 1>(p, lane0, &x, h, run, &mut sumi);
-                        slices6::<L, R, 2, 1>(p, lane0, &x, h, run, &mut sumi);
-                        slices6::<L, R, 3, 1>(p, lane0, &x, h, run, &mut sumi);
+                        slices6::<L, R, 0, 2>(p, lane0, &x, h, run, &mut sumi);
+                        slices6::<L, R, 2, 2>(p, lane0, &x, h, run, &mut sumi);
                     }
                 }
                 // The offset term, two groups to a lane: scales 2k and 2k + 1 as the i16
