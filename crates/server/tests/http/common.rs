@@ -2,7 +2,8 @@
 //! or the default model (shared by the tests that use it; its scheduler is a thread, so it
 //! outlives each test's runtime).
 
-use std::path::Path;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,34 @@ use ferrox_server::{AppState, ModelsConfig, ServerConfig};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+/// A fresh directory under the system's temp directory for one test's files, removed with
+/// everything in it when the test lets go of it (tests that write model files would
+/// otherwise leave tens of megabytes behind on every run).
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// `ferrox-{name}-{pid}` under the temp directory, emptied if a killed run left it.
+    pub fn new(name: &str) -> ScratchDir {
+        let d = std::env::temp_dir().join(format!("ferrox-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        ScratchDir(d)
+    }
+}
+
+impl Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// A small Gemma 3 shaped model: microseconds a token.
 pub fn tiny() -> SyntheticSpec {

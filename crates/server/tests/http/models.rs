@@ -11,14 +11,11 @@ use ferrox_sched::{KvBudget, SchedulerConfig};
 use ferrox_server::{AppState, KeepAlive, ModelsConfig, ServerConfig};
 use serde_json::{json, Value};
 
-use crate::common::{slow, text_of, tiny, TestServer};
+use crate::common::{slow, text_of, tiny, ScratchDir, TestServer};
 
-/// A fresh directory for one test's model files.
-fn dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ferrox-models-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test's model files, removed when the test ends.
+fn dir(test: &str) -> ScratchDir {
+    ScratchDir::new(&format!("models-{test}"))
 }
 
 fn write(dir: &Path, name: &str, spec: &SyntheticSpec) -> PathBuf {

@@ -4,7 +4,7 @@
 //! model routes' shapes, embeddings equal to `/v1/embeddings`, and every error as
 //! `{"error": "..."}`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use ferrox_engine::synthetic::{self, build_gguf, SyntheticSpec};
@@ -12,7 +12,7 @@ use ferrox_sched::SchedulerConfig;
 use ferrox_server::{AppState, ModelsConfig, ServerConfig};
 use serde_json::{json, Value};
 
-use crate::common::{synthetic_state, tiny, TestServer};
+use crate::common::{synthetic_state, tiny, ScratchDir, TestServer};
 
 fn state() -> AppState {
     let spec = SyntheticSpec {
@@ -427,14 +427,11 @@ async fn embeddings_equal_the_openai_routes() {
     assert_eq!(old["embedding"], o["data"][1]["embedding"]);
 }
 
-/// A fresh directory with one model file in it.
-fn model_file(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ferrox-ollama-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    let path = d.join("m.gguf");
-    std::fs::write(&path, build_gguf(&tiny())).unwrap();
-    path
+/// A fresh directory with one model file in it (`m.gguf`), removed when the test ends.
+fn model_dir(test: &str) -> ScratchDir {
+    let d = ScratchDir::new(&format!("ollama-{test}"));
+    std::fs::write(d.join("m.gguf"), build_gguf(&tiny())).unwrap();
+    d
 }
 
 async fn file_server(path: &Path) -> TestServer {
@@ -457,8 +454,8 @@ async fn loaded(s: &TestServer) -> Vec<String> {
 
 #[tokio::test]
 async fn an_empty_request_loads_and_keep_alive_zero_unloads() {
-    let path = model_file("lifecycle");
-    let s = file_server(&path).await;
+    let dir = model_dir("lifecycle");
+    let s = file_server(&dir.join("m.gguf")).await;
     // Listed and shown from the file's header before it is loaded.
     let (_, tags) = s.get("/api/tags").await;
     assert!(tags.contains("\"name\":\"m\""), "{tags}");
@@ -508,7 +505,6 @@ async fn an_empty_request_loads_and_keep_alive_zero_unloads() {
         assert!(std::time::Instant::now() < deadline, "still loaded");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 /// A stand-in hub with one repository holding `file`: the file API and its downloads.
@@ -539,15 +535,15 @@ async fn stand_in_hub(file: &'static str, bytes: Vec<u8>) -> String {
 #[tokio::test]
 async fn a_pull_by_name_fetches_registers_and_serves_the_model() {
     let endpoint = stand_in_hub("tiny-Q8_0.gguf", build_gguf(&tiny())).await;
-    let dir = std::env::temp_dir().join(format!("ferrox-ollama-pull-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = ScratchDir::new("ollama-pulled");
     let config = ServerConfig {
         hub_endpoint: Some(endpoint),
-        pull_dir: Some(dir.clone()),
+        pull_dir: Some(dir.to_path_buf()),
         ..ServerConfig::default()
     };
     let state = AppState::new(config, ModelsConfig::default());
-    state.models.add("m", model_file("pull")).unwrap();
+    let models = model_dir("pull");
+    state.models.add("m", models.join("m.gguf")).unwrap();
     state.set_ready();
     let s = TestServer::start(state).await;
     let name = "hf.co/o/tiny-GGUF:Q8_0";
@@ -591,5 +587,4 @@ async fn a_pull_by_name_fetches_registers_and_serves_the_model() {
     let (status, v) = s.post("/api/pull", json!({"model": "llama3"})).await;
     assert_eq!(status, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("llama3"), "{v}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
