@@ -20,9 +20,10 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use crate::attn::{
-    avx2, gelu_scalar, silu_scalar, EXP_MAX, EXP_MIN, GELU_CUBIC, LN2_HI, LN2_LO, LOG2E,
-    SQRT_2_OVER_PI, TAYLOR,
+use crate::attn_avx2 as avx2;
+use crate::vmath::{
+    gelu_scalar, silu_scalar, EXP_MAX, EXP_MIN, GELU_CUBIC, LN2_HI, LN2_LO, LOG2E, SQRT_2_OVER_PI,
+    TAYLOR,
 };
 
 const ALL: i32 = -1;
@@ -104,13 +105,13 @@ fn scores<const R: usize, const K: usize>(q: &[f32], d: usize, keys: [&[f16]; K]
     }
     let mut sums = [[0.0f32; 4]; 4];
     for (s, f) in sums.iter_mut().zip(&flat).take((K * R).div_ceil(4)) {
-        *s = crate::attn::avx2::reduce4(*f);
+        *s = avx2::reduce4(*f);
     }
     let mut out = [[0.0f32; R]; K];
     for j in 0..K {
         for r in 0..R {
             let s = sums[(j * R + r) / 4][(j * R + r) % 4];
-            out[j][r] = crate::attn::avx2::score_tail(s, q, r, d, keys[j], d16);
+            out[j][r] = avx2::score_tail(s, q, r, d, keys[j], d16);
         }
     }
     out
@@ -136,7 +137,7 @@ pub fn accumulate<const R: usize>(acc: &mut [f32], d: usize, p: &[f32], vs: &[&[
         unsafe { columns::<R, 1>(acc, d, p, vs, i) };
         i += 16;
     }
-    crate::attn::accumulate_tail::<R>(acc, d, p, vs, i);
+    avx2::accumulate_tail::<R>(acc, d, p, vs, i);
 }
 
 /// Elements `i .. i + 16 W` of the `R` rows of `acc`, over every key.

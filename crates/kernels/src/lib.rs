@@ -21,7 +21,8 @@
 //! - `block`: the traits every format implements, [`Isa`] (scalar, AVX2, AVX-VNNI or AVX-512,
 //!   detected once; `FERROX_ISA` forces one).
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
-//! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates.
+//! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates
+//!   (spelled in `attn_avx2` and `attn_avx512`; `vmath`: the constants and scalar twins).
 //! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
 //!   `codebook`: IQ4_NL, IQ4_XS and MXFP4 (table lookups feeding the same kernels);
 //!   `iquants` (+ `iq_grids`): the lattice and ternary types IQ1_S … IQ3_S, TQ1_0, TQ2_0;
@@ -104,6 +105,8 @@
 mod acts;
 mod attn;
 #[cfg(target_arch = "x86_64")]
+mod attn_avx2;
+#[cfg(target_arch = "x86_64")]
 mod attn_avx512;
 mod attn_int8;
 mod block;
@@ -137,6 +140,7 @@ mod pool;
 mod quant_avx2;
 mod rows8;
 mod tiling;
+mod vmath;
 
 pub use acts::{ActKind, ActStorage, Activations};
 pub use attn::{
