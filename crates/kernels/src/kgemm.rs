@@ -32,7 +32,7 @@ use crate::kquants::{
     unpack_scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KQuant, QK_K,
 };
 use crate::kquants_avx2::q6k_values;
-use crate::lanes::{dot_bsums, k_accumulate_lanes, word, Lanes, Y256, Z512};
+use crate::lanes::{dot_pairs, k_accumulate_lanes, word, Lanes, Y256, Z512};
 use crate::tiling::{Job, RowKernel};
 
 /// Weight rows decoded together: one 32-bit lane per row of a 512-bit vector.
@@ -374,7 +374,7 @@ unsafe fn finish_superblock<L: Lanes, B: KPack, const R: usize>(
         let mut bs = [L::zero_i(); R];
         for k in 0..8 {
             let b = L::load_i(p.bias[k].as_ptr().add(lane0));
-            dot_bsums::<L, R>(&mut bs, b, xs, j, k);
+            dot_pairs::<L, R>(&mut bs, b, xs, j, |x| x.bsums_pair(k));
         }
         let d = L::load_f(p.d.as_ptr().add(lane0));
         if B::HAS_MIN {
@@ -451,10 +451,7 @@ unsafe fn finish_mins32<const R: usize>(
         let mut bs = [_mm256_setzero_si256(); R];
         for k in 0..4 {
             let b = L::load_i(p.bias[k].as_ptr().add(lane0));
-            for (b_r, x) in bs.iter_mut().zip(xs) {
-                let x = _mm256_set1_epi32(x[j].sums32_pair(k));
-                *b_r = _mm256_add_epi32(*b_r, _mm256_madd_epi16(b, x));
-            }
+            dot_pairs::<L, R>(&mut bs, b, xs, j, |x| x.sums32_pair(k));
         }
         let d = L::load_f(p.d.as_ptr().add(lane0));
         let dmin = L::load_f(p.dmin.as_ptr().add(lane0));

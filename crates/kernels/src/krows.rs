@@ -292,7 +292,7 @@ mod simd {
     use crate::block::Isa;
     use crate::dot4::{Pairs, Vnni};
     use crate::kquants::{BlockQ8K, QK_K};
-    use crate::lanes::{dot_bsums, dot_sums32, k_accumulate_lanes, word, Lanes, Y256, Z512};
+    use crate::lanes::{dot_pairs, k_accumulate_lanes, word, Lanes, Y256, Z512};
     use crate::tiling::{Job, RowKernel};
 
     /// How far ahead of its loads the kernel prefetches. Packs stream from memory at decode;
@@ -472,7 +472,7 @@ mod simd {
                     let mn0 = L::load_u8(p.mn[2 * k].as_ptr().add(lane0));
                     let mn1 = L::load_u8(p.mn[2 * k + 1].as_ptr().add(lane0));
                     let mn2 = L::or(mn0, L::sll32::<16>(mn1));
-                    dot_sums32::<L, R>(&mut summ, mn2, xs, j, k);
+                    dot_pairs::<L, R>(&mut summ, mn2, xs, j, |x| x.sums32_pair(k));
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
                 let dmin = L::load_h(p.dmin.as_ptr().add(lane0));
@@ -567,7 +567,7 @@ mod simd {
                     let s0 = L::load_i8(p.sc[2 * k].as_ptr().add(lane0));
                     let s1 = L::load_i8(p.sc[2 * k + 1].as_ptr().add(lane0));
                     let sc2 = L::or(L::and(s0, lo16), L::sll32::<16>(s1));
-                    dot_bsums::<L, R>(&mut offs, sc2, xs, j, k);
+                    dot_pairs::<L, R>(&mut offs, sc2, xs, j, |x| x.bsums_pair(k));
                 }
                 for r in 0..R {
                     offs[r] = L::sll32::<5>(offs[r]);

@@ -20,42 +20,24 @@ pub(crate) fn word(q: &[i8; QK_K], c: usize) -> i32 {
     i32::from_le_bytes(b.map(|v| v as u8))
 }
 
-/// `acc[r] += Σ₂ w·(block sums 2k, 2k + 1 of row r's super-block j)` for every activation
-/// row: per-weight-row i16 pairs (mins, scales, offsets) against the activations' 16-value
-/// block sums, exact in i32.
+/// `acc[r] += Σ₂ w·pair(row r's super-block j)` for every activation row: per-weight-row
+/// i16 pairs (mins, scales, offsets) against an i16 pair of the activations' sums, exact in
+/// i32. `pair` picks them: [`BlockQ8K::bsums_pair`] (16-value block sums) or
+/// [`BlockQ8K::sums32_pair`] (32-value sums, for the formats with one min per 32 values).
 ///
 /// # Safety
 /// The features of `L`.
 #[inline(always)]
-pub(crate) unsafe fn dot_bsums<L: Lanes, const R: usize>(
+pub(crate) unsafe fn dot_pairs<L: Lanes, const R: usize>(
     acc: &mut [L::I; R],
     w: L::I,
     xs: &[&[BlockQ8K]; R],
     j: usize,
-    k: usize,
+    pair: impl Fn(&BlockQ8K) -> i32,
 ) {
     for r in 0..R {
         // SAFETY: the features of `L`, as the caller promised.
-        acc[r] = unsafe { L::dot2(acc[r], w, xs[r][j].bsums_pair(k)) };
-    }
-}
-
-/// [`dot_bsums`] against the 32-value sums `2k` and `2k + 1` ([`BlockQ8K::sums32`]): for the
-/// formats with one min per 32 values, two sub-blocks per `dot2`.
-///
-/// # Safety
-/// The features of `L`.
-#[inline(always)]
-pub(crate) unsafe fn dot_sums32<L: Lanes, const R: usize>(
-    acc: &mut [L::I; R],
-    w: L::I,
-    xs: &[&[BlockQ8K]; R],
-    j: usize,
-    k: usize,
-) {
-    for r in 0..R {
-        // SAFETY: the features of `L`, as the caller promised.
-        acc[r] = unsafe { L::dot2(acc[r], w, xs[r][j].sums32_pair(k)) };
+        acc[r] = unsafe { L::dot2(acc[r], w, pair(&xs[r][j])) };
     }
 }
 
