@@ -10,6 +10,10 @@
 #   SHAPE=gemma3-4b ROUNDS=3 BATCH=16 scripts/bench-vs-llamacpp.sh   # a real-shape model (llamacpp.sh)
 #   ISA=avx2 SHAPE=gemma3-4b scripts/bench-vs-llamacpp.sh   # both engines' AVX2 spellings (llamacpp.sh)
 #
+# The tg row is also given as read bandwidth: the weights a decode token reads (`ferrox bench
+# --bandwidth`'s decode_bytes, the same file for every engine) times tokens per second, and
+# that as a share of the plain read bandwidth `ferrox bench` measures in each round.
+#
 # IK_LLAMA_DIR=DIR adds ik_llama.cpp's llama-bench (DIR/build/bin/llama-bench; built by hand,
 # see docs/PERFORMANCE.md) to every round, as a third column (with ISA=avx2, an AVX2 build).
 set -euo pipefail
@@ -33,7 +37,8 @@ for r in $(seq "$ROUNDS"); do
     fi
     "$LCPP_BUILD/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json \
         >"$OUT/llama-bench.$r.json" 2>/dev/null
-    "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 --json >"$OUT/ferrox.$r.json"
+    "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 --bandwidth --json \
+        >"$OUT/ferrox.$r.json"
     "$LCPP_BUILD/bin/llama-batched-bench" -m "$MODEL" -c 4096 -b 2048 -ub 512 -t "$THREADS" \
         -npp 128 -ntg 128 -npl "$BATCH" --output-format jsonl >"$OUT/batched.$r.jsonl" 2>/dev/null
     "$FERROX" bench -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 --batch "$BATCH" \
@@ -49,6 +54,7 @@ import json, statistics, sys, glob
 out, rounds = sys.argv[1], int(sys.argv[2])
 med = statistics.median
 rows = {}
+decode_bytes, read_gbps = None, []
 def add(k, who, v):
     rows.setdefault(k, {}).setdefault(who, []).append(v)
 for r in range(1, rounds + 1):
@@ -56,7 +62,12 @@ for r in range(1, rounds + 1):
         k = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
         add(k, "llama.cpp", t["avg_ts"])
     for k, s in json.load(open(f"{out}/ferrox.{r}.json")).items():
-        add(k, "ferrox", s["median"])
+        if k == "decode_bytes":
+            decode_bytes = s
+        elif k == "read_gbps":
+            read_gbps.append(s["median"])
+        else:
+            add(k, "ferrox", s["median"])
     try:
         for t in json.load(open(f"{out}/ik-bench.{r}.json")):
             k = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
@@ -84,5 +95,14 @@ for k, v in rows.items():
         c = med(v.get("ik_llama.cpp", [float("nan")]))
         line += f" {c:.1f} | {b / c:.2f}x |"
     print(line)
+if decode_bytes and read_gbps:
+    bw = med(read_gbps)
+    print(f"\nplain read: {bw:.1f} GB/s (median of rounds: {', '.join(f'{g:.1f}' for g in read_gbps)}); "
+          f"a decode token reads {decode_bytes / 1e6:.0f} MB of weights")
+    for k, v in rows.items():
+        if k.startswith("tg"):
+            for who, ts in v.items():
+                gbs = med(ts) * decode_bytes / 1e9
+                print(f"{k} {who}: {gbs:.1f} GB/s, {100 * gbs / bw:.0f} % of the plain read")
 print(f"\n({rounds} interleaved rounds; raw results in {out})")
 PY

@@ -10,11 +10,18 @@
 //! and stored as `--ctk` / `--ctv` say (llama-bench's `-ctk` / `-ctv`). With `-d N` (llama-bench's depth) every test runs after
 //! N tokens already in each sequence's KV (computed first, untimed), and is named `pp512 @
 //! d4000` and so on.
+//!
+//! With `--bandwidth` it also measures the machine's plain read bandwidth on the model's
+//! threads (`ferrox_kernels::read_bandwidth`) and reports what share of it one sequence's
+//! decode reads: the weights a token reads ([`decode_bytes`]) times `tg` tokens per second.
+//! On a real-size model that share, not the tokens per second alone, says how much faster a
+//! decode kernel could still get on this machine.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use ferrox_engine::{KvShape, KvType, Model, SeqChunk};
+use ferrox_gguf::GgufFile;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -48,9 +55,33 @@ pub struct BenchArgs {
     /// How the KV cache stores values: f16, q8_0 or q4_0 (llama-bench's -ctv).
     #[arg(long = "cache-type-v", visible_alias = "ctv", default_value = "f16")]
     cache_type_v: String,
+    /// Also measure the plain read bandwidth and the share of it one sequence's decode reads.
+    #[arg(long)]
+    bandwidth: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// Bytes of weights one decode token reads from `file`: every tensor but the token
+/// embedding table, of which the lookup reads one row (the whole table when the output head
+/// is tied to it), with a mixture of experts' expert tensors scaled to the `used` of the `n`
+/// experts a token runs. The KV cache (a few hundred kB a token at short contexts) is left
+/// out, so the share of the read bandwidth this gives is slightly low, never flattering.
+pub fn decode_bytes(file: &GgufFile, experts: Option<(usize, usize)>) -> u64 {
+    let tied = file.tensor("output.weight").is_none();
+    let mut total = 0.0;
+    for t in file.tensors() {
+        if t.name == "token_embd.weight" && !tied {
+            continue;
+        }
+        let share = match experts {
+            Some((used, n)) if t.name.contains("_exps.") => used as f64 / n as f64,
+            _ => 1.0,
+        };
+        total += t.n_bytes as f64 * share;
+    }
+    total as u64
 }
 
 /// What every run of one `ferrox bench` shares.
@@ -191,11 +222,25 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             results.push((format!("batch{b}{at}"), stat(v)));
         }
     }
+    // (bytes per decode token, plain read GB/s), measured after the tests so the probe's
+    // 512 MB is not resident while they run.
+    let bandwidth = args.bandwidth.then(|| {
+        let experts = m.config().moe.as_ref().map(|e| (e.n_used, e.n_expert));
+        let gbps = (0..reps.max(3))
+            .map(|_| ferrox_kernels::read_bandwidth(m.pool(), 512 << 20, 5))
+            .collect();
+        (decode_bytes(m.file(), experts), stat(gbps))
+    });
     if args.json {
-        let obj: serde_json::Map<String, serde_json::Value> = results
+        let mut obj: serde_json::Map<String, serde_json::Value> = results
             .into_iter()
             .map(|(k, s)| (k, serde_json::to_value(s).expect("stat serializes")))
             .collect();
+        if let Some((bytes, gbps)) = bandwidth {
+            obj.insert("decode_bytes".into(), bytes.into());
+            let gbps = serde_json::to_value(gbps).expect("stat serializes");
+            obj.insert("read_gbps".into(), gbps);
+        }
         println!("{}", serde_json::Value::Object(obj));
     } else {
         println!(
@@ -210,12 +255,73 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             "{:>16} {:>10} {:>10} {:>10}",
             "test", "min t/s", "median", "max"
         );
-        for (name, s) in results {
+        for (name, s) in &results {
             println!(
                 "{name:>16} {:>10.2} {:>10.2} {:>10.2}",
                 s.min, s.median, s.max
             );
         }
+        if let Some((bytes, gbps)) = bandwidth {
+            println!(
+                "plain read: {:.1} GB/s (median of {}); decode reads {:.1} MB of weights per token",
+                gbps.median,
+                reps.max(3),
+                bytes as f64 / 1e6
+            );
+            for (name, s) in results.iter().filter(|(n, _)| n.starts_with("tg")) {
+                let read = s.median * bytes as f64 / 1e9;
+                println!(
+                    "{name}: {read:.1} GB/s read, {:.0} % of the plain read",
+                    100.0 * read / gbps.median
+                );
+            }
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_bytes;
+    use ferrox_engine::config::Arch;
+    use ferrox_engine::synthetic::{build_gguf, SyntheticSpec};
+    use ferrox_gguf::GgufFile;
+
+    fn file(spec: &SyntheticSpec) -> GgufFile {
+        GgufFile::from_bytes(build_gguf(spec)).expect("a synthetic model parses")
+    }
+
+    fn bytes_where(f: &GgufFile, keep: impl Fn(&str) -> bool) -> u64 {
+        f.tensors()
+            .iter()
+            .filter(|t| keep(&t.name))
+            .map(|t| t.n_bytes)
+            .sum()
+    }
+
+    #[test]
+    fn a_token_reads_every_weight_but_the_unread_embedding_rows_and_unused_experts() {
+        for untied in [true, false] {
+            let mut spec = SyntheticSpec::tiny(Arch::Llama, 1).with_experts(8, 2, 32);
+            spec.untied_output = untied;
+            let moe = file(&spec);
+            let experts = bytes_where(&moe, |n| n.contains("_exps."));
+            let embd = bytes_where(&moe, |n| n == "token_embd.weight");
+            let all = bytes_where(&moe, |_| true);
+            assert!(
+                experts > 0 && embd > 0,
+                "the model has experts and an embedding table"
+            );
+            assert_eq!(moe.tensor("output.weight").is_some(), untied);
+            // Untied, the embedding table is read one row a token; tied, whole, as the head.
+            let unread = if untied { embd } else { 0 };
+            // Two of eight experts run: a quarter of their bytes.
+            assert_eq!(
+                decode_bytes(&moe, Some((2, 8))),
+                all - unread - experts + experts / 4,
+                "untied {untied}"
+            );
+            assert_eq!(decode_bytes(&moe, Some((8, 8))), all - unread);
+        }
+    }
 }

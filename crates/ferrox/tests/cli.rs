@@ -138,13 +138,25 @@ fn bench_reports_every_figure_it_measures() {
         "2",
         "--batch-prompt",
         "8",
+        "--bandwidth",
         "--json",
     ]);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     let mut keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(keys, ["batch2", "pp16", "tg4"], "{v}");
+    assert_eq!(
+        keys,
+        ["batch2", "decode_bytes", "pp16", "read_gbps", "tg4"],
+        "{v}"
+    );
+    // The default model's head is its embedding table, so a token reads every tensor.
+    let file = ferrox_gguf::GgufFile::open(&m).unwrap();
+    let all: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+    assert_eq!(v["decode_bytes"].as_u64(), Some(all), "{v}");
     for (k, s) in v.as_object().unwrap() {
+        if k == "decode_bytes" {
+            continue;
+        }
         let (min, median, max) = (
             s["min"].as_f64().unwrap(),
             s["median"].as_f64().unwrap(),

@@ -269,26 +269,11 @@ fn timed(ty: GgmlType, rows: usize, cols: usize, n: usize, iters: usize) {
     );
 }
 
-/// The machine's read bandwidth right now: sum a buffer as u64s, split like matmul's tiles.
+/// The machine's read bandwidth right now ([`ferrox_kernels::read_bandwidth`]).
 fn read_bandwidth(pool: &ThreadPool, bytes: usize) {
-    let buf: Vec<u64> = (0..bytes / 8).map(|i| i as u64).collect();
-    let tiles = pool.n_threads() * 16;
-    let per = buf.len().div_ceil(tiles);
-    let mut best = f64::INFINITY;
-    for _ in 0..10 {
-        let sink = std::sync::atomic::AtomicU64::new(0);
-        let t = Instant::now();
-        pool.for_each(tiles, &|i| {
-            let part = &buf[(i * per).min(buf.len())..((i + 1) * per).min(buf.len())];
-            let s = part.iter().fold(0u64, |a, &v| a.wrapping_add(v));
-            sink.fetch_add(s, std::sync::atomic::Ordering::Relaxed);
-        });
-        best = best.min(t.elapsed().as_secs_f64());
-        std::hint::black_box(sink.load(std::sync::atomic::Ordering::Relaxed));
-    }
     println!(
-        "read bandwidth: {:.2} GB/s (sum of u64 over {} MB)",
-        bytes as f64 / 1e9 / best,
+        "read bandwidth: {:.2} GB/s (XOR of 64-byte lines over {} MB, best of 10)",
+        ferrox_kernels::read_bandwidth(pool, bytes, 10),
         bytes >> 20
     );
 }

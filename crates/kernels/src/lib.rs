@@ -34,7 +34,8 @@
 //! - `krows`: [`KRows16`], a Q4_K or Q6_K matrix repacked sixteen rows at a time, still
 //!   packed, lane-major (a loaded model's Q4_K and Q6_K matrices on AVX-512 hosts); `lanes`: the
 //!   per-row-lane vector operations `kgemm` and `krows` are written over; `hugepages`: asks
-//!   for transparent huge pages under the repacked copies, which decode streams.
+//!   for transparent huge pages under the repacked copies, which decode streams; `membw`:
+//!   [`read_bandwidth`], the plain read a one-sequence decode is judged against.
 //! - `matmul`: [`QMatrix`], [`Activations`], [`matmul`].
 //! - `pool`: [`ThreadPool`].
 //! - `rows8`: [`Q8Rows8`], a Q8_0 matrix repacked eight rows at a time (the output head).
@@ -135,6 +136,7 @@ mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy_avx2;
 mod matmul;
+mod membw;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx2;
@@ -170,6 +172,7 @@ pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK
 pub use krows::KRows16;
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, QK};
 pub use matmul::{matmul, matmul_acts, matmul_acts_isa, matmul_isa, QMatrix};
+pub use membw::read_bandwidth;
 pub use pool::ThreadPool;
 pub use rows8::Q8Rows8;
 
