@@ -34,9 +34,10 @@
 //! The copy replaces the file's pages in RSS (the caller releases them as it repacks). It is
 //! made only where it runs: AVX2 or better, and rows a multiple of sixteen; the engine makes
 //! it on the AVX-512 spelling only, where a decode step was measured faster
-//! (docs/PERFORMANCE.md). The packs stream from memory at decode, so the kernel prefetches
-//! its own stream, a line at a time and 8 KB ahead ([`simd`]'s `PREFETCH`): without that,
-//! one thread read Q6_K at half the file layout's rate.
+//! (docs/PERFORMANCE.md). The packs stream from memory at decode, and each thread's packs are
+//! one contiguous run on huge pages, which the hardware prefetchers follow on their own: a
+//! software prefetch ahead of them (8 KB ahead, a line at a time, as this kernel had) made
+//! Zen 4 read Q6_K a quarter slower and left Q4_K level, so the kernel issues none.
 
 use crate::block::Isa;
 use crate::kquants::{unpack_scale_min_k4, BlockQ4K, BlockQ6K, BlockQ8K, QK_K};
@@ -295,20 +296,6 @@ mod simd {
     use crate::lanes::{dot_pairs, k_accumulate_lanes, word, Lanes, Y256, Z512};
     use crate::tiling::{Job, RowKernel};
 
-    /// How far ahead of its loads the kernel prefetches. Packs stream from memory at decode;
-    /// the hardware prefetcher alone gave one thread 10–13 GB/s on Q6_K (the file layout's
-    /// kernels, which prefetch 4 KB ahead a block at a time, 22 GB/s; a plain read 25), a
-    /// burst of prefetches per pack 13–15, one line at a time 4 KB ahead 19, 8–12 KB ahead
-    /// 21–22 (AMD Zen 4, 65,536 × 2,560, 2026-12-03).
-    const PREFETCH: usize = 8192;
-
-    /// Hints the `span` bytes (whole lines) `PREFETCH` bytes after `p`; interleaved with
-    /// the loads, a line or a few at a time, so that the misses in flight stay few.
-    #[inline(always)]
-    fn ahead(p: *const u8, span: usize) {
-        crate::block::prefetch_span(p.wrapping_add(PREFETCH), span - 1);
-    }
-
     pub(super) struct Kernel<'a> {
         pub m: &'a KRows16,
         pub isa: Isa,
@@ -500,9 +487,6 @@ mod simd {
             let mut dot = [[L::zero_i(); R]; NH];
             for c in 0..8 {
                 let q = p.q[8 * t + c].as_ptr();
-                if lane0 == 0 && H0 == 0 {
-                    ahead(q, 64);
-                }
                 let v = L::load_i(q.add(4 * lane0).cast());
                 for (i, dot) in dot.iter_mut().enumerate() {
                     let high = H0 + i == 1;
@@ -603,9 +587,6 @@ mod simd {
                 let mut s = [[L::zero_i(); R]; NB];
                 for c in c0..c0 + run {
                     let t = &p.q[8 * h + c];
-                    if lane0 == 0 && B0 == 0 {
-                        ahead(t.as_ptr().cast(), 3 * 64);
-                    }
                     let at = |m: usize| L::load_i(t[m].as_ptr().add(4 * lane0).cast());
                     for (i, s) in s.iter_mut().enumerate() {
                         let u = match B0 + i {
