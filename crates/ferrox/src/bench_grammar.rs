@@ -16,7 +16,7 @@ use ferrox_server::core::grammar::{GrammarRequest, GrammarSpec, Grammars};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::bench_serve::percentile_ms;
+use crate::bench_client::percentile_ms;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchGrammarArgs {

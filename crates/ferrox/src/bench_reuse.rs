@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use ferrox_server::client::Endpoint;
 use serde_json::{json, Value};
 
-use crate::bench_serve::{
+use crate::bench_client::{
     percentile_ms, report_json, run_levels, stream_within, BenchServeArgs, Request, WordRng,
 };
 

@@ -28,7 +28,9 @@ use std::time::Instant;
 use ferrox_server::client::Endpoint;
 use serde_json::{json, Value};
 
-use crate::bench_serve::{stream_within, BenchServeArgs, Request, RequestTiming, Scenario};
+use crate::bench_client::{
+    stream_within, BenchServeArgs, Request, RequestTiming, Scenario, SpecMode,
+};
 
 const INVENTORY: &str = include_str!("bench_spec/inventory.py");
 const RELEASE_NOTES: &str = include_str!("bench_spec/release-notes.md");
@@ -45,14 +47,6 @@ const QUESTIONS: [&str; 8] = [
     "Write a poem about the sea in winter.",
     "How do I start learning to play the guitar?",
 ];
-
-/// Which requests a round sends: with speculation off, on (the server's default), or both.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpecMode {
-    Off,
-    On,
-    Both,
-}
 
 /// The `i`-th user's prompt of a speculation scenario.
 pub fn prompt(scenario: Scenario, i: usize) -> String {
@@ -76,15 +70,6 @@ pub fn prompt(scenario: Scenario, i: usize) -> String {
              formatted as it is.\n\n```json\n{SERVICE_CONFIG}```"
         ),
         _ => QUESTIONS[i % QUESTIONS.len()].to_string(),
-    }
-}
-
-/// Tokens generated per request: enough for the whole file or section.
-pub fn default_max_tokens(scenario: Scenario) -> usize {
-    match scenario {
-        Scenario::CodeEdit => 1024,
-        Scenario::Extract => 384,
-        _ => 256,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `ferrox` command: inspect a GGUF, tokenize, run a prompt, benchmark, serve.
 
 mod bench;
+mod bench_client;
 mod bench_grammar;
 mod bench_model;
 mod bench_reuse;
@@ -68,7 +69,7 @@ struct BenchCmd {
 enum BenchSub {
     /// Fire concurrent streaming requests at a server and report tok/s, TTFT and ITL
     /// (`--scenario conversation` / `shared-prefix`: chat load that reuses prompts).
-    Serve(Box<bench_serve::BenchServeArgs>),
+    Serve(Box<bench_client::BenchServeArgs>),
     /// Time constrained decoding alone: a schema's compile time and the per-token mask time.
     Grammar(bench_grammar::BenchGrammarArgs),
     /// Write a random-weight model of a real shape (Gemma 3 4B, Llama 3 8B) in llama.cpp's
