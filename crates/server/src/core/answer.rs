@@ -8,6 +8,7 @@
 //! (`core/harmony.rs`), chosen the same way for both.
 
 use crate::core::harmony::{self, HarmonyStream};
+pub use crate::core::piece::AnswerPiece;
 use crate::core::reasoning::{self, Part, Splitter, Thinking};
 use crate::core::tool_syntax::{CallPiece, CallStream, ToolFormat};
 use crate::core::tools::{ToolCall, ToolChoice, Tools};
@@ -62,19 +63,6 @@ impl Answer {
     pub fn called(&self) -> bool {
         self.calls.as_ref().is_some_and(|c| !c.is_empty())
     }
-}
-
-/// What an answer streams as, protocol-free.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AnswerPiece {
-    /// Ordinary text.
-    Text(String),
-    /// A thinking model's reasoning (`core/reasoning.rs`).
-    Reasoning(String),
-    /// A call begins: its name. The calls of an answer come one after another.
-    CallStart(String),
-    /// More of the current call's argument text.
-    Arguments(String),
 }
 
 #[derive(Debug)]

@@ -26,8 +26,8 @@
 use ferrox_engine::tokenizer::Tokenizer;
 use serde_json::Value;
 
-use crate::core::answer::AnswerPiece;
 use crate::core::grammar::{with_layout, GrammarRequest, GrammarSpec};
+use crate::core::piece::AnswerPiece;
 use crate::core::reasoning::partial_tag;
 use crate::core::tools::{Parallel, ToolCall, ToolChoice, Tools};
 

@@ -15,7 +15,8 @@
 //!   each model family's call syntax, its grammar, and reading calls back;
 //!   [`conversation`]: the conversation as the model's template takes it (calls and results
 //!   written out for a template without tools); [`answer`]: an answer read as text,
-//!   reasoning or calls, streamed ([`answer::AnswerStream`]) or whole ([`answer::Answer`]);
+//!   reasoning or calls, streamed ([`answer::AnswerStream`]) or whole ([`answer::Answer`]),
+//!   in [`piece::AnswerPiece`]s;
 //! - [`reasoning`]: a thinking model's `<think>` block split from its answer; [`harmony`]:
 //!   gpt-oss's harmony messages — reasoning, text and calls in one syntax — read, and its
 //!   tool grammar;
@@ -35,6 +36,7 @@ pub mod generate;
 pub mod grammar;
 pub mod harmony;
 pub mod ids;
+pub mod piece;
 pub mod reasoning;
 pub mod request;
 pub mod rerank;
