@@ -13,10 +13,8 @@
 //! scalar once per super-block, which costs little next to 256 multiply-adds.
 
 use crate::block::{
-    amax, f16_to_f32, f32_to_f16, inv_or_zero, round_clamp, signed_max, ActBlock, Block, Isa,
-    WeightBlock,
+    amax, f16_to_f32, f32_to_f16, inv_or_zero, round_clamp, signed_max, WeightBlock,
 };
-use crate::GgmlType;
 
 /// Values per super-block.
 pub const QK_K: usize = 256;
@@ -175,21 +173,6 @@ impl BlockQ8K {
     }
 }
 
-impl ActBlock for BlockQ8K {
-    const ELEMS: usize = QK_K;
-    fn quantize_row_isa(isa: Isa, src: &[f32], out: &mut [BlockQ8K]) {
-        assert_eq!(out.len(), Self::units_for(src.len()));
-        for (b, x) in out.iter_mut().zip(src.chunks(QK_K)) {
-            match <&[f32; QK_K]>::try_from(x) {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: an AVX2 `Isa` proves the CPU features.
-                Ok(full) if isa.is_avx2() => unsafe { crate::quant_avx2::quantize_q8k(full, b) },
-                _ => *b = BlockQ8K::from_f32(x),
-            }
-        }
-    }
-}
-
 /// A K-quant super-block decoded to integers (see the module doc).
 pub struct Decoded {
     pub q: [i8; QK_K],
@@ -218,7 +201,7 @@ pub fn k_accumulate<B: KQuant>(acc: f32, d: f32, dmin: f32, dx: f32, sumi: i32, 
     }
 }
 
-fn dequant_k<B: KQuant>(blocks: &[B], out: &mut [f32]) {
+pub(crate) fn dequant_k<B: KQuant>(blocks: &[B], out: &mut [f32]) {
     assert_eq!(out.len(), blocks.len() * QK_K);
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let dec = b.decode();
@@ -236,7 +219,7 @@ fn dequant_k<B: KQuant>(blocks: &[B], out: &mut [f32]) {
     }
 }
 
-fn dot_k_scalar<B: KQuant, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f32; R] {
+pub(crate) fn dot_k_scalar<B: KQuant, const R: usize>(w: &[B], xs: [&[BlockQ8K]; R]) -> [f32; R] {
     for x in &xs {
         assert!(x.len() >= w.len(), "activation row too short");
     }
@@ -382,72 +365,6 @@ fn fit_symmetric(x: &[f32], qhalf: i32, shalf: i32) -> ([u8; 2], [i8; 16], [i8; 
     (d, sc, q)
 }
 
-macro_rules! k_weight_block {
-    ($B:ty, $ty:expr, wide: $wide:expr, rows512: $rows512:path) => {
-        // SAFETY: repr(C), only byte arrays: alignment 1, no padding, every bit pattern valid.
-        unsafe impl Block for $B {
-            const TYPE: GgmlType = $ty;
-            const ELEMS: usize = QK_K;
-        }
-        impl WeightBlock for $B {
-            type Act = BlockQ8K;
-            const WIDE: bool = $wide;
-            fn dequantize(blocks: &[Self], out: &mut [f32]) {
-                dequant_k(blocks, out)
-            }
-            fn quantize(src: &[f32], out: &mut [Self]) {
-                assert_eq!(src.len(), out.len() * QK_K);
-                for (x, b) in src.chunks_exact(QK_K).zip(out.iter_mut()) {
-                    *b = <$B>::from_f32(x);
-                }
-            }
-            fn dot_scalar<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
-                dot_k_scalar(w, xs)
-            }
-            unsafe fn dot_avx2<const R: usize>(w: &[Self], xs: [&[BlockQ8K]; R]) -> [f32; R] {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                    unsafe { crate::kquants_avx2::dot(w, xs) }
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                {
-                    Self::dot_scalar(w, xs)
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            unsafe fn dot_avx2_rows<const R: usize>(
-                w: &[Self],
-                bpr: usize,
-                xs: [&[BlockQ8K]; R],
-                out: &mut [[f32; R]],
-            ) {
-                // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { crate::kquants_avx2::dot_rows(w, bpr, xs, out) }
-            }
-            #[cfg(target_arch = "x86_64")]
-            unsafe fn dot_avx512_rows<const R: usize>(
-                w: &[Self],
-                bpr: usize,
-                xs: [&[BlockQ8K]; R],
-                out: &mut [[f32; R]],
-            ) {
-                // SAFETY: the caller guarantees AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI.
-                unsafe { $rows512(w, bpr, xs, out) }
-            }
-        }
-    };
-}
-
-// Eight activation rows per kernel call only where measured faster (see `WeightBlock::WIDE`).
-// `rows512`: the 512-bit kernel of the formats that have one (the Q4_K_M / Q5_K_M mixes'),
-// else the AVX2 kernel.
-k_weight_block!(BlockQ2K, GgmlType::Q2_K, wide: false, rows512: crate::kquants_avx2::dot_rows);
-k_weight_block!(BlockQ3K, GgmlType::Q3_K, wide: false, rows512: crate::kquants_avx2::dot_rows);
-k_weight_block!(BlockQ4K, GgmlType::Q4_K, wide: false, rows512: crate::kquants_avx512::dot_rows);
-k_weight_block!(BlockQ5K, GgmlType::Q5_K, wide: false, rows512: crate::kquants_avx512::dot_rows);
-k_weight_block!(BlockQ6K, GgmlType::Q6_K, wide: true, rows512: crate::kquants_avx512::dot_rows);
-
 /// Element `128n + 32j + l` of the 2-bit formats sits in bits `2j` of `qs[32n + l]`.
 #[inline(always)]
 fn two_bit(qs: &[u8; 64], e: usize) -> u8 {
@@ -456,7 +373,7 @@ fn two_bit(qs: &[u8; 64], e: usize) -> u8 {
 }
 
 impl BlockQ2K {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let ScaleMinFit { d, dmin, sc, mn, q } = fit_scale_min(x, 16, 3, 15);
         let mut b = BlockQ2K {
             scales: [0; 16],
@@ -497,7 +414,7 @@ impl KQuant for BlockQ2K {
 }
 
 impl BlockQ3K {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, sc, q) = fit_symmetric(x, 4, 32);
         let mut b = BlockQ3K {
             hmask: [0; 32],
@@ -563,7 +480,7 @@ fn decode_scale_min_k4(scales: &[u8; 12], d: [u8; 2], dmin: [u8; 2]) -> Decoded 
 }
 
 impl BlockQ4K {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let ScaleMinFit { d, dmin, sc, mn, q } = fit_scale_min(x, 32, 15, 63);
         let scales = pack_scale_min_k4(&sc.try_into().expect("8"), &mn.try_into().expect("8"));
         BlockQ4K {
@@ -587,7 +504,7 @@ impl KQuant for BlockQ4K {
 }
 
 impl BlockQ5K {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let ScaleMinFit { d, dmin, sc, mn, q } = fit_scale_min(x, 32, 31, 63);
         let scales = pack_scale_min_k4(&sc.try_into().expect("8"), &mn.try_into().expect("8"));
         let mut qh = [0u8; 32];
@@ -632,7 +549,7 @@ fn q6_pos(e: usize) -> (usize, u32, usize, u32) {
 }
 
 impl BlockQ6K {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, scales, q) = fit_symmetric(x, 32, 128);
         let mut b = BlockQ6K {
             ql: [0; 128],
@@ -673,6 +590,7 @@ impl KQuant for BlockQ6K {
 mod tests {
     use super::*;
     use crate::block::{vec_dot, Isa};
+    use crate::GgmlType;
 
     fn h(v: f32) -> [u8; 2] {
         f32_to_f16(v)

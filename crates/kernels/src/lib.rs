@@ -28,8 +28,8 @@
 //!   `iquants` (+ `iq_grids`): the lattice and ternary types IQ1_S … IQ3_S, TQ1_0, TQ2_0;
 //!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once);
 //!   `gemm16`: the same on AVX-512 (sixteen rows, 512-bit `vpdpbusd`).
-//! - `kquants` (+ `kquants_avx2`, and `kquants_avx512` for Q4_K/Q5_K/Q6_K): Q2_K … Q6_K and
-//!   [`BlockQ8K`] at a few activation rows (decode); `kgemm`: the same formats for many
+//! - `kquants` (+ `kquants_avx2`, and `kquants_avx512` for Q4_K/Q5_K/Q6_K; `kquants_dispatch`
+//!   picks among them): Q2_K … Q6_K and [`BlockQ8K`] at a few activation rows (decode); `kgemm`: the same formats for many
 //!   activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
 //! - `krows`: [`KRows16`], a Q4_K or Q6_K matrix repacked sixteen rows at a time, still
 //!   packed, lane-major (a loaded model's Q4_K and Q6_K matrices on AVX-512 hosts); `lanes`: the
@@ -129,6 +129,7 @@ mod kquants;
 mod kquants_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kquants_avx512;
+mod kquants_dispatch;
 mod krows;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
