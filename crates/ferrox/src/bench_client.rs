@@ -260,31 +260,16 @@ async fn level(
     for round in 0..args.rounds.max(1) {
         let requests: Vec<Request> = (0..n).map(|i| request_for(n, round, i)).collect();
         let start = Instant::now();
-        let tasks: Vec<_> = requests
-            .into_iter()
-            .map(|request| {
-                let endpoint = endpoint.clone();
-                let timeout = args.timeout();
-                tokio::spawn(async move { stream_within(&endpoint, request, timeout).await })
-            })
-            .collect();
-        for task in tasks {
+        for timing in wave(endpoint, requests, args.timeout()).await {
             report.requests += 1;
-            match task.await {
-                Ok(Ok(t)) => {
+            match timing {
+                Some(t) => {
                     report.output_tokens += t.output_tokens;
                     report.ttft.extend(t.ttft);
                     report.itl.extend(t.itl);
                     prompt_tokens.extend(t.prompt_tokens);
                 }
-                Ok(Err(e)) => {
-                    eprintln!("request failed: {e}");
-                    report.failed += 1;
-                }
-                Err(e) => {
-                    eprintln!("request task failed: {e}");
-                    report.failed += 1;
-                }
+                None => report.failed += 1,
             }
         }
         report.wall += start.elapsed();
@@ -311,6 +296,37 @@ impl WordRng {
     pub fn pick<'a>(&mut self, words: &[&'a str]) -> &'a str {
         words[(self.next_u64() % words.len() as u64) as usize]
     }
+}
+
+/// Sends `requests` at once and waits for them all: each one's timing, or `None` for one
+/// that failed (why is printed as it is found).
+pub async fn wave(
+    endpoint: &Endpoint,
+    requests: Vec<Request>,
+    timeout: Duration,
+) -> Vec<Option<RequestTiming>> {
+    let tasks: Vec<_> = requests
+        .into_iter()
+        .map(|request| {
+            let endpoint = endpoint.clone();
+            tokio::spawn(async move { stream_within(&endpoint, request, timeout).await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(match task.await {
+            Ok(Ok(t)) => Some(t),
+            Ok(Err(e)) => {
+                eprintln!("request failed: {e}");
+                None
+            }
+            Err(e) => {
+                eprintln!("request task failed: {e}");
+                None
+            }
+        });
+    }
+    out
 }
 
 /// `stream`, given up after `timeout`.

@@ -28,9 +28,7 @@ use std::time::Instant;
 use ferrox_server::client::Endpoint;
 use serde_json::{json, Value};
 
-use crate::bench_client::{
-    stream_within, BenchServeArgs, Request, RequestTiming, Scenario, SpecMode,
-};
+use crate::bench_client::{self, BenchServeArgs, Request, RequestTiming, Scenario, SpecMode};
 
 const INVENTORY: &str = include_str!("bench_spec/inventory.py");
 const RELEASE_NOTES: &str = include_str!("bench_spec/release-notes.md");
@@ -178,7 +176,7 @@ async fn wave(
 ) {
     let route = args.route();
     let start = Instant::now();
-    let tasks: Vec<_> = (0..n)
+    let requests: Vec<Request> = (0..n)
         .map(|i| {
             let text = prompt(args.scenario, i + round);
             let messages = [json!({"role": "user", "content": text})];
@@ -191,23 +189,13 @@ async fn wave(
             if !on && args.spec == SpecMode::Both {
                 body["speculative"] = json!(false);
             }
-            let request = Request { route, body };
-            let endpoint = endpoint.clone();
-            let timeout = args.timeout();
-            tokio::spawn(async move { stream_within(&endpoint, request, timeout).await })
+            Request { route, body }
         })
         .collect();
-    for task in tasks {
-        match task.await {
-            Ok(Ok(t)) => out.add(&t),
-            Ok(Err(e)) => {
-                eprintln!("request failed: {e}");
-                out.failed += 1;
-            }
-            Err(e) => {
-                eprintln!("request task failed: {e}");
-                out.failed += 1;
-            }
+    for timing in bench_client::wave(endpoint, requests, args.timeout()).await {
+        match timing {
+            Some(t) => out.add(&t),
+            None => out.failed += 1,
         }
     }
     out.wall_s += start.elapsed().as_secs_f64();
