@@ -54,9 +54,11 @@ const GROUP: usize = 16;
 #[derive(Clone, Copy)]
 struct Pack4 {
     q: [[u8; 4 * GROUP]; 32],
-    /// Sub-block `s`'s 6-bit scale and min, per row.
+    /// Sub-block `s`'s 6-bit scale, per row.
     sc: [[u8; GROUP]; 8],
-    mn: [[u8; GROUP]; 8],
+    /// The mins of sub-blocks `2k` and `2k + 1` of row `i` at bytes `2i`, `2i + 1` of
+    /// `mn[k]`: one zero-extending load gives each row's pair in its lane's i16 halves.
+    mn: [[u8; 2 * GROUP]; 4],
     /// f16 bits, per row.
     d: [u16; GROUP],
     dmin: [u16; GROUP],
@@ -239,7 +241,7 @@ fn pack4<'a>(block: impl Fn(usize) -> &'a BlockQ4K) -> Pack4 {
     let mut p = Pack4 {
         q: [[0; 4 * GROUP]; 32],
         sc: [[0; GROUP]; 8],
-        mn: [[0; GROUP]; 8],
+        mn: [[0; 2 * GROUP]; 4],
         d: [0; GROUP],
         dmin: [0; GROUP],
     };
@@ -252,7 +254,7 @@ fn pack4<'a>(block: impl Fn(usize) -> &'a BlockQ4K) -> Pack4 {
         let (sc, mn) = unpack_scale_min_k4(&b.scales);
         for s in 0..8 {
             p.sc[s][i] = sc[s];
-            p.mn[s][i] = mn[s];
+            p.mn[s / 2][2 * i + s % 2] = mn[s];
         }
         p.d[i] = u16::from_le_bytes(b.d);
         p.dmin[i] = u16::from_le_bytes(b.dmin);
@@ -456,9 +458,7 @@ mod simd {
                 // mins 2k and 2k + 1 as the i16 halves meet sums 2k and 2k + 1.
                 let mut summ = [L::zero_i(); R];
                 for k in 0..4 {
-                    let mn0 = L::load_u8(p.mn[2 * k].as_ptr().add(lane0));
-                    let mn1 = L::load_u8(p.mn[2 * k + 1].as_ptr().add(lane0));
-                    let mn2 = L::or(mn0, L::sll32::<16>(mn1));
+                    let mn2 = L::load_u8_pairs(p.mn[k].as_ptr().add(2 * lane0));
                     dot_pairs::<L, R>(&mut summ, mn2, xs, j, |x| x.sums32_pair(k));
                 }
                 let d = L::load_h(p.d.as_ptr().add(lane0));
@@ -484,16 +484,22 @@ mod simd {
     ) {
         // SAFETY: as the caller promised; the pointers are into arrays of GROUP lanes.
         unsafe {
+            // Where the sums are i32 (`vpdpbusd`), the high nibbles stay where they are, as 16
+            // times their value: one `and` a chunk instead of a shift and an `and`, and one
+            // exact shift of the sub-block's sum at the end (every product is a multiple of
+            // 16). `maddubs`' i16 pairs would overflow at 240.
+            let in_place = L::pair_chunks(0xF0) >= 8;
+            let m4h = L::splat_i8(0xF0u8 as i8);
             let mut dot = [[L::zero_i(); R]; NH];
             for c in 0..8 {
                 let q = p.q[8 * t + c].as_ptr();
                 let v = L::load_i(q.add(4 * lane0).cast());
                 for (i, dot) in dot.iter_mut().enumerate() {
                     let high = H0 + i == 1;
-                    let w = if high {
-                        L::and(L::srl16::<4>(v), m4)
-                    } else {
-                        L::and(v, m4)
+                    let w = match (high, in_place) {
+                        (false, _) => L::and(v, m4),
+                        (true, true) => L::and(v, m4h),
+                        (true, false) => L::and(L::srl16::<4>(v), m4),
                     };
                     let k = 16 * t + 8 * usize::from(high) + c;
                     for r in 0..R {
@@ -502,9 +508,15 @@ mod simd {
                 }
             }
             for (i, dot) in dot.iter().enumerate() {
+                let high = H0 + i == 1;
                 let sc = L::load_u8(p.sc[2 * t + H0 + i].as_ptr().add(lane0));
                 for r in 0..R {
-                    sumi[r] = L::scale_s(sumi[r], dot[r], sc);
+                    let d = if high && in_place {
+                        L::sra32::<4>(dot[r])
+                    } else {
+                        dot[r]
+                    };
+                    sumi[r] = L::scale_s(sumi[r], d, sc);
                 }
             }
         }

@@ -82,11 +82,16 @@ pub(crate) trait Lanes {
     unsafe fn sll16<const S: i32>(a: Self::I) -> Self::I;
     /// Each i32 lane shifted left by `S`.
     unsafe fn sll32<const S: i32>(a: Self::I) -> Self::I;
+    /// Each i32 lane shifted right by `S`, arithmetically.
+    unsafe fn sra32<const S: i32>(a: Self::I) -> Self::I;
     unsafe fn splat_i8(v: i8) -> Self::I;
     unsafe fn splat_i(v: i32) -> Self::I;
     /// `N` bytes from `p` (a byte per row), zero- or sign-extended to the i32 lanes.
     unsafe fn load_u8(p: *const u8) -> Self::I;
     unsafe fn load_i8(p: *const i8) -> Self::I;
+    /// `2N` bytes from `p` (two a row), zero-extended to the i16 halves of the i32 lanes:
+    /// operands for [`Lanes::dot2`].
+    unsafe fn load_u8_pairs(p: *const u8) -> Self::I;
     /// `N` f16 values from `p` as f32 lanes (exact).
     unsafe fn load_h(p: *const u16) -> Self::F;
 }
@@ -191,6 +196,10 @@ impl Lanes for Z512 {
         _mm512_sll_epi32(a, _mm_cvtsi32_si128(S))
     }
     #[inline(always)]
+    unsafe fn sra32<const S: i32>(a: __m512i) -> __m512i {
+        _mm512_sra_epi32(a, _mm_cvtsi32_si128(S))
+    }
+    #[inline(always)]
     unsafe fn splat_i8(v: i8) -> __m512i {
         _mm512_set1_epi8(v)
     }
@@ -202,6 +211,11 @@ impl Lanes for Z512 {
     unsafe fn load_u8(p: *const u8) -> __m512i {
         // SAFETY: the caller passes 16 readable bytes.
         unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_u8_pairs(p: *const u8) -> __m512i {
+        // SAFETY: the caller passes 32 readable bytes.
+        unsafe { _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.cast())) }
     }
     #[inline(always)]
     unsafe fn load_i8(p: *const i8) -> __m512i {
@@ -332,6 +346,10 @@ impl<D: Dot4> Lanes for Y256<D> {
         _mm256_slli_epi32::<S>(a)
     }
     #[inline(always)]
+    unsafe fn sra32<const S: i32>(a: __m256i) -> __m256i {
+        _mm256_srai_epi32::<S>(a)
+    }
+    #[inline(always)]
     unsafe fn splat_i8(v: i8) -> __m256i {
         _mm256_set1_epi8(v)
     }
@@ -343,6 +361,11 @@ impl<D: Dot4> Lanes for Y256<D> {
     unsafe fn load_u8(p: *const u8) -> __m256i {
         // SAFETY: the caller passes 8 readable bytes.
         unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_u8_pairs(p: *const u8) -> __m256i {
+        // SAFETY: the caller passes 16 readable bytes.
+        unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(p.cast())) }
     }
     #[inline(always)]
     unsafe fn load_i8(p: *const i8) -> __m256i {
