@@ -11,10 +11,16 @@
 //! one `vpdpbusd` (or `maddubs` + `madd`) against the four matching activation bytes,
 //! broadcast, adds four products to every row at once, the group scale is one integer
 //! multiply per lane, and there is no horizontal work at all. That is `kgemm`'s decoded order,
-//! kept packed: Q4_K's nibbles two values to a byte, Q6_K's low nibbles likewise and its high
-//! bits four to a byte, the scales one byte each (Q4_K's 6-bit scales and mins unpacked:
-//! 2,368 bytes per sixteen rows where the file has 2,304; Q6_K the file's 3,360, padded to
-//! 3,392 for alignment).
+//! kept packed: Q4_K's nibbles two values to a byte, Q6_K's 6-bit codes four to three bytes,
+//! the scales one byte each (Q4_K's 6-bit scales and mins unpacked: 2,368 bytes per sixteen
+//! rows where the file has 2,304; Q6_K the file's 3,360, padded to 3,392 for alignment).
+//!
+//! At one activation row (decode) the kernel's cost is its unpacking, not its `vpdpbusd`s,
+//! so where the sums are i32 the packs are laid out and read for the fewest operations a
+//! value: Q4_K's high nibbles and Q6_K's fourth slice stay where they land (16 and 4 times
+//! their value) and each sum is shifted back exactly once, and Q4_K's mins are stored as
+//! the row pairs the mins' dot takes (one row at `avx512`, Zen 4: Q4_K 0.275 → 0.245 ns per
+//! 32 values, Q6_K 0.44 → 0.41; batches of eight and more level).
 //!
 //! At several activation rows a pass over a group takes eight of them on AVX-512 (four on
 //! AVX2, whose sixteen registers hold no more sums), and what each row costs beyond its
@@ -65,10 +71,11 @@ struct Pack4 {
 }
 
 /// Super-block column `j` of a group of Q6_K rows, in the order the kernel reads it. Entry
-/// `q[8h + c]` holds three vectors: byte `4i + k` of vector `m` (0, 1) is row `i`'s
-/// `ql[64h + 32m + 4c + k]` (low nibble: value `128h + 32m + 4c + k`, high nibble: the value
-/// 64 later), and of vector 2 its `qh[32h + 4c + k]` (bits `2b..2b + 2`: the high bits of
-/// value `128h + 32b + 4c + k`), as in the file.
+/// `q[8h + c]` holds three vectors; byte `4i + k` of each holds row `i`'s 6-bit codes
+/// (`q + 32`) of the four values `128h + 32b + 4c + k`, `b` = 0..4 (slices), as
+/// `u_m | (u_3 >> 2m & 3) << 6` in vector `m`: slices 0–2 are one `and` each, and slice 3's
+/// three 2-bit pieces land at bits 2–7 with two shifts (see `slice6`). The file's split into
+/// nibbles and high bits would cost a shift or two for each slice.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Pack6 {
@@ -272,14 +279,21 @@ fn pack6<'a>(block: impl Fn(usize) -> &'a BlockQ6K) -> Pack6 {
     };
     for i in 0..GROUP {
         let b = block(i);
-        for (w, q) in b.ql.chunks_exact(4).enumerate() {
-            // Bytes 4w.. = 64h + 32m + 4c + k → q[8h + c][m][4i + k].
-            let (h, m, c) = (w / 16, w / 8 % 2, w % 8);
-            p.q[8 * h + c][m][4 * i..4 * i + 4].copy_from_slice(q);
-        }
-        for (w, q) in b.qh.chunks_exact(4).enumerate() {
-            // Bytes 4w.. = 32h + 4c + k → q[8h + c][2][4i + k].
-            p.q[w][2][4 * i..4 * i + 4].copy_from_slice(q);
+        for (hc, t) in p.q.iter_mut().enumerate() {
+            let (h, c) = (hc / 8, hc % 8);
+            for k in 0..4 {
+                // The file's code of value 128h + 32s + l: the low or high nibble of
+                // ql[64h + 32(s % 2) + l], and bits 2s.. of qh[32h + l].
+                let l = 4 * c + k;
+                let code = |s: usize| {
+                    let ql = b.ql[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2)) & 0x0F;
+                    ql | (b.qh[32 * h + l] >> (2 * s) & 3) << 4
+                };
+                let u3 = code(3);
+                for (m, v) in t.iter_mut().enumerate() {
+                    v[4 * i + k] = code(m) | (u3 >> (2 * m) & 3) << 6;
+                }
+            }
         }
         for g in 0..16 {
             p.sc[g][i] = b.scales[g];
@@ -590,10 +604,18 @@ mod simd {
         run: usize,
         sumi: &mut [L::I; R],
     ) {
+        // Where the sums are i32 (`vpdpbusd`), slice 3 stays as four times its codes (its
+        // pieces at bits 2–7, as they land), and each run's sum is shifted back exactly
+        // (every product is a multiple of 4); `maddubs`' i16 pairs would overflow at 252.
+        let in_place = L::pair_chunks(252) >= run;
         // SAFETY: as the caller promised; the pointers are into arrays of GROUP lanes.
         unsafe {
-            let m4 = L::splat_i8(0x0F);
-            let m30 = L::splat_i8(0x30);
+            let m63 = L::splat_i8(0x3F);
+            let (m0c, m30, mc0) = (
+                L::splat_i8(0x0C),
+                L::splat_i8(0x30),
+                L::splat_i8(0xC0u8 as i8),
+            );
             for c0 in (0..8).step_by(run) {
                 // Values 128h + 32b + 4·c0 .. + 4·run: in group 8h + 2b + c0 / 4.
                 let mut s = [[L::zero_i(); R]; NB];
@@ -602,13 +624,18 @@ mod simd {
                     let at = |m: usize| L::load_i(t[m].as_ptr().add(4 * lane0).cast());
                     for (i, s) in s.iter_mut().enumerate() {
                         let u = match B0 + i {
-                            0 => L::or(L::and(at(0), m4), L::and(L::sll16::<4>(at(2)), m30)),
-                            1 => L::or(L::and(at(1), m4), L::and(L::sll16::<2>(at(2)), m30)),
-                            2 => L::or(L::and(L::srl16::<4>(at(0)), m4), L::and(at(2), m30)),
-                            _ => L::or(
-                                L::and(L::srl16::<4>(at(1)), m4),
-                                L::and(L::srl16::<2>(at(2)), m30),
-                            ),
+                            b @ 0..=2 => L::and(at(b), m63),
+                            _ => {
+                                let u4 = L::or(
+                                    L::or(L::and(at(2), mc0), L::and(L::srl16::<2>(at(1)), m30)),
+                                    L::and(L::srl16::<4>(at(0)), m0c),
+                                );
+                                if in_place {
+                                    u4
+                                } else {
+                                    L::and(L::srl16::<2>(u4), m63)
+                                }
+                            }
                         };
                         for r in 0..R {
                             let k = 32 * h + 8 * (B0 + i) + c;
@@ -620,7 +647,12 @@ mod simd {
                     let g = 8 * h + 2 * (B0 + i) + c0 / 4;
                     let sc = L::load_i8(p.sc[g].as_ptr().add(lane0));
                     for r in 0..R {
-                        sumi[r] = L::scale_s(sumi[r], s[r], sc);
+                        let s = if B0 + i == 3 && in_place {
+                            L::sra32::<2>(s[r])
+                        } else {
+                            s[r]
+                        };
+                        sumi[r] = L::scale_s(sumi[r], s, sc);
                     }
                 }
             }

@@ -77,9 +77,8 @@ pub(crate) trait Lanes {
     unsafe fn store_f(p: *mut f32, v: Self::F);
     unsafe fn and(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
-    /// Every 16-bit word shifted right (left) by `S`.
+    /// Every 16-bit word shifted right by `S`.
     unsafe fn srl16<const S: i32>(a: Self::I) -> Self::I;
-    unsafe fn sll16<const S: i32>(a: Self::I) -> Self::I;
     /// Each i32 lane shifted left by `S`.
     unsafe fn sll32<const S: i32>(a: Self::I) -> Self::I;
     /// Each i32 lane shifted right by `S`, arithmetically.
@@ -186,10 +185,6 @@ impl Lanes for Z512 {
     unsafe fn srl16<const S: i32>(a: __m512i) -> __m512i {
         // Constant counts: LLVM emits the immediate form.
         _mm512_srl_epi16(a, _mm_cvtsi32_si128(S))
-    }
-    #[inline(always)]
-    unsafe fn sll16<const S: i32>(a: __m512i) -> __m512i {
-        _mm512_sll_epi16(a, _mm_cvtsi32_si128(S))
     }
     #[inline(always)]
     unsafe fn sll32<const S: i32>(a: __m512i) -> __m512i {
@@ -336,10 +331,6 @@ impl<D: Dot4> Lanes for Y256<D> {
     #[inline(always)]
     unsafe fn srl16<const S: i32>(a: __m256i) -> __m256i {
         _mm256_srli_epi16::<S>(a)
-    }
-    #[inline(always)]
-    unsafe fn sll16<const S: i32>(a: __m256i) -> __m256i {
-        _mm256_slli_epi16::<S>(a)
     }
     #[inline(always)]
     unsafe fn sll32<const S: i32>(a: __m256i) -> __m256i {
