@@ -25,7 +25,7 @@
 //! best scale is not needed to make valid blocks.
 
 use crate::block::{amax, f16_to_f32, f32_to_f16, inv_or_zero, signed_max, Block, WeightBlock};
-use crate::legacy::{fold_lanes, legacy_weight_block, BlockQ8x4, Legacy32, MTerm};
+use crate::legacy::{fold_lanes, BlockQ8x4, Legacy32, MTerm};
 use crate::GgmlType;
 
 /// IQ4_NL's and IQ4_XS's 16 values (ggml's `kvalues_iq4nl`).
@@ -114,7 +114,7 @@ pub fn e8m0_half(e: u8) -> f32 {
 }
 
 impl BlockIq4Nl {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         // The largest magnitude lands on the table's end -127 (with its sign folded into d).
         let d = signed_max(x) / -127.0;
         BlockIq4Nl {
@@ -125,7 +125,7 @@ impl BlockIq4Nl {
 }
 
 impl BlockMxfp4 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         // The smallest power of two d with amax / d <= 12 (the table's largest magnitude).
         let m = amax(x);
         let e = if m == 0.0 {
@@ -168,9 +168,6 @@ impl Legacy32 for BlockMxfp4 {
         e8m0_half(self.e)
     }
 }
-
-legacy_weight_block!(BlockIq4Nl, GgmlType::IQ4_NL);
-legacy_weight_block!(BlockMxfp4, GgmlType::MXFP4);
 
 impl BlockIq4Xs {
     /// Sub-block `ib`'s scale as stored: 0..64, meaning `ls - 32`.

@@ -29,7 +29,6 @@ use crate::block::{
     amax, f16_to_f32, f32_to_f16, fold4, inv_or_zero, round_clamp, signed_max, ActBlock, Isa,
     WeightBlock,
 };
-use crate::GgmlType;
 
 /// Values per block.
 pub const QK: usize = 32;
@@ -347,69 +346,6 @@ pub(crate) fn dequant_blocks<B: Legacy32>(blocks: &[B], out: &mut [f32]) {
     }
 }
 
-/// `Block` and `WeightBlock` for a [`Legacy32`] format whose type has a `from_f32(&[f32])`
-/// constructor: the 32-value kernels, row-major and (on x86-64) AVX2. The codebook formats
-/// (`codebook.rs`) use it too.
-macro_rules! legacy_weight_block {
-    ($B:ty, $ty:expr) => {
-        // SAFETY: repr(C), only byte arrays: alignment 1, no padding, every bit pattern valid.
-        unsafe impl $crate::block::Block for $B {
-            const TYPE: $crate::GgmlType = $ty;
-            const ELEMS: usize = $crate::legacy::QK;
-        }
-        impl $crate::block::WeightBlock for $B {
-            type Act = $crate::legacy::BlockQ8x4;
-            fn dequantize(blocks: &[Self], out: &mut [f32]) {
-                $crate::legacy::dequant_blocks(blocks, out)
-            }
-            fn quantize(src: &[f32], out: &mut [Self]) {
-                assert_eq!(src.len(), out.len() * $crate::legacy::QK);
-                for (x, b) in src.chunks_exact($crate::legacy::QK).zip(out.iter_mut()) {
-                    *b = <$B>::from_f32(x);
-                }
-            }
-            fn dot_scalar<const R: usize>(
-                w: &[Self],
-                xs: [&[$crate::legacy::BlockQ8x4]; R],
-            ) -> [f32; R] {
-                $crate::legacy::dot_legacy_scalar(w, xs)
-            }
-            unsafe fn dot_avx2<const R: usize>(
-                w: &[Self],
-                xs: [&[$crate::legacy::BlockQ8x4]; R],
-            ) -> [f32; R] {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                    unsafe { $crate::legacy_avx2::dot_legacy(w, xs) }
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                {
-                    Self::dot_scalar(w, xs)
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            unsafe fn dot_avx2_rows<const R: usize>(
-                w: &[Self],
-                bpr: usize,
-                xs: [&[$crate::legacy::BlockQ8x4]; R],
-                out: &mut [[f32; R]],
-            ) {
-                // SAFETY: the caller guarantees AVX2, FMA and F16C.
-                unsafe { $crate::legacy_avx2::dot_legacy_rows(w, bpr, xs, out) }
-            }
-        }
-    };
-}
-pub(crate) use legacy_weight_block;
-
-legacy_weight_block!(BlockQ4_0, GgmlType::Q4_0);
-legacy_weight_block!(BlockQ4_1, GgmlType::Q4_1);
-legacy_weight_block!(BlockQ5_0, GgmlType::Q5_0);
-legacy_weight_block!(BlockQ5_1, GgmlType::Q5_1);
-legacy_weight_block!(BlockQ8_0, GgmlType::Q8_0);
-legacy_weight_block!(BlockQ8_1, GgmlType::Q8_1);
-
 impl BlockQ4_0 {
     pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, q) = fit_offset(x, 8);
@@ -432,7 +368,7 @@ impl Legacy32 for BlockQ4_0 {
 }
 
 impl BlockQ4_1 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, m, q) = fit_min(x, 15);
         BlockQ4_1 {
             d: f32_to_f16(d),
@@ -458,7 +394,7 @@ impl Legacy32 for BlockQ4_1 {
 }
 
 impl BlockQ5_0 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, q) = fit_offset(x, 16);
         BlockQ5_0 {
             d: f32_to_f16(d),
@@ -480,7 +416,7 @@ impl Legacy32 for BlockQ5_0 {
 }
 
 impl BlockQ5_1 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, m, q) = fit_min(x, 31);
         BlockQ5_1 {
             d: f32_to_f16(d),
@@ -528,7 +464,7 @@ impl Legacy32 for BlockQ8_0 {
 }
 
 impl BlockQ8_1 {
-    fn from_f32(x: &[f32]) -> Self {
+    pub(crate) fn from_f32(x: &[f32]) -> Self {
         let (d, qs) = fit_q8(x);
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
         BlockQ8_1 {
@@ -555,6 +491,7 @@ mod tests {
     use super::*;
     use crate::block::vec_dot;
     use crate::block::Isa;
+    use crate::GgmlType;
 
     fn h(v: f32) -> [u8; 2] {
         f32_to_f16(v)

@@ -23,7 +23,8 @@
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
 //! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates
 //!   (spelled in `attn_avx2` and `attn_avx512`; `vmath`: the constants and scalar twins).
-//! - `legacy` (+ `legacy_avx2`): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
+//! - `legacy` (+ `legacy_avx2`; `legacy_dispatch` picks between them, for `codebook`'s
+//!   formats too): the 32-value formats Q4_0 … Q8_1 and [`BlockQ8x4`];
 //!   `codebook`: IQ4_NL, IQ4_XS and MXFP4 (table lookups feeding the same kernels);
 //!   `iquants` (+ `iq_grids`): the lattice and ternary types IQ1_S … IQ3_S, TQ1_0, TQ2_0;
 //!   `gemm8`: the same formats for many activation rows (eight weight rows decoded once);
@@ -136,6 +137,7 @@ mod lanes;
 mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy_avx2;
+mod legacy_dispatch;
 mod matmul;
 mod membw;
 mod pool;
