@@ -12,7 +12,7 @@ use crate::http::auth::ApiKeys;
 use crate::http::params::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::tls::TlsConfig;
 
-/// The server's own knobs (the scheduler's are in [`SchedulerConfig`]). Built by the
+/// The server's own knobs (the scheduler's are in [`ferrox_sched::SchedulerConfig`]). Built by the
 /// binary from flags and environment, by tests directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {

@@ -24,7 +24,7 @@
 //! a 404, never ignored.
 //!
 //! The folder, one job a file: [`parse`] (the body, once), [`draft`] (the response object as
-//! it is built: ids, items, the finished response and what is stored), [`stream`] (the
+//! it is built: ids, items, the finished response and what is stored), `stream` (the
 //! events of a streamed response), [`store`] (the stored responses), and the three handlers
 //! here.
 
