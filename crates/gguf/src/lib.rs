@@ -6,7 +6,7 @@
 //! API CONTRACT (other crates code against this; keep these names and signatures):
 //! - [`GgmlType`]: tensor element/block types with their GGUF ids, block sizes and byte sizes.
 //! - [`Value`]: a metadata value (every GGUF type, arrays nested).
-//! - [`TensorInfo`]: name, dims (ggml order: dims[0] is the contiguous row length), type,
+//! - [`TensorInfo`]: name, dims (ggml order: `dims[0]` is the contiguous row length), type,
 //!   byte offset (relative to the data section) and byte size.
 //! - [`GgufFile::open`] / [`GgufFile::from_bytes`]; `metadata()`, `get(key)`, `tensors()`,
 //!   `tensor(name)`, `tensor_data(&TensorInfo) -> &[u8]`.

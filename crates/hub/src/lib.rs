@@ -3,9 +3,9 @@
 //!
 //! A name is resolved with the hub's file API (`GET {endpoint}/api/models/{repo}/tree/main`,
 //! which lists each file with its size and, for large files, the SHA-256 of its contents),
-//! the model's files chosen from it ([`choose`]), then each is downloaded from
+//! the model's files chosen from it (`choose`), then each is downloaded from
 //! `{endpoint}/{repo}/resolve/main/{path}` (following the hub's redirects to its storage)
-//! into the model cache ([`download`]): resumed where a broken transfer stopped (an HTTP
+//! into the model cache (`download`): resumed where a broken transfer stopped (an HTTP
 //! `Range` request, in the same run and the next), checked against the hub's SHA-256 before
 //! it takes its final name, so a file under its final name is always whole and verified. A
 //! split model's shards are joined into one file (`ferrox_gguf::join_split`). A model whose

@@ -1,6 +1,6 @@
 //! The waiting queue and the slot each waiting request holds in it.
 //!
-//! A request takes a [`QueueSlot`] in `submit`, before it is sent to the worker, and gives it
+//! A request takes a `QueueSlot` in `submit`, before it is sent to the worker, and gives it
 //! back when it leaves the queue (admitted, cancelled, or failed) — not when the worker merely
 //! reads it off the channel. So `max_queue` bounds requests that are waiting for admission,
 //! wherever they are, and a burst cannot slip past the cap while the worker is busy in a
