@@ -416,7 +416,9 @@ mod simd {
     ) {
         // SAFETY: the `Isa` proves the features of the entry chosen.
         unsafe {
-            if isa.is_avx512() {
+            if isa.is_avx512() && R == 1 && P::ONE_ROW_AVX2 {
+                body_avx2(p, xs, out)
+            } else if isa.is_avx512() {
                 body_avx512(p, xs, out)
             } else if isa.vnni256() {
                 body_vnni(p, xs, out)
@@ -429,6 +431,17 @@ mod simd {
     /// One super-block column of a group, for lanes `lane0..lane0 + L::N`: its integer sums
     /// and the float step into `acc` (one vector per activation row).
     trait Step {
+        /// At one activation row on AVX-512 hosts, take the AVX2 body (256-bit `maddubs`,
+        /// the pack in two halves of eight rows) rather than the 512-bit `vpdpbusd` one.
+        ///
+        /// Why: Q6_K's 512-bit body is the faster from cache (0.41 against 0.68 ns per 32
+        /// values) but the slower from memory, where a decode step reads it: a 100 MB
+        /// matrix streamed at 26–29 GB/s against 33–42 on two threads, 14–15 against 21–22
+        /// on one, and a 4B-shape decode step was 1.10–1.20× faster with it (paired in one
+        /// process, Zen 4). Why the stream suffers was not found (the `vpdpbusd` chains
+        /// split four ways, or the same body at 256 bits, were no better). Q4_K's two
+        /// bodies stream alike (1.00–1.02× on two threads), so it keeps the 512-bit one.
+        const ONE_ROW_AVX2: bool;
         /// # Safety
         /// The features of `L`; `lane0 + L::N <= GROUP`; every row of `xs` covers `j`.
         unsafe fn step<L: Lanes, const R: usize>(
@@ -441,6 +454,7 @@ mod simd {
     }
 
     impl Step for Pack4 {
+        const ONE_ROW_AVX2: bool = false;
         #[inline(always)]
         unsafe fn step<L: Lanes, const R: usize>(
             &self,
@@ -539,6 +553,7 @@ mod simd {
     /// Q6_K. The stored quants are `u = q + 32`; the offset comes back out through the
     /// activations' block sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − 32 Σ_g sc_g·bsum_g`.
     impl Step for Pack6 {
+        const ONE_ROW_AVX2: bool = true;
         #[inline(always)]
         unsafe fn step<L: Lanes, const R: usize>(
             &self,
