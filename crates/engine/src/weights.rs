@@ -78,8 +78,9 @@ impl Matrix {
     /// Repacks this matrix where `KRows16` applies and was measured to pay (Q4_K or Q6_K,
     /// rows a multiple of sixteen, the AVX-512 spelling), releasing its file pages as they
     /// are copied. On the AVX2 spellings the file's layout stays, for now: there the
-    /// repacked kernel is faster from cache but a decode step was not faster
-    /// (docs/PERFORMANCE.md, 2026-12-03 third session).
+    /// repacked kernel decodes faster but prefills 8–12 % slower than `kgemm` on the file's
+    /// layout (Zen 4's `avx2` spelling, docs/PERFORMANCE.md, twelfth session), a trade to
+    /// judge on a host that is AVX2 only.
     fn repack(&mut self, file: &GgufFile, any_avx2: bool) {
         let ty_ok = matches!(self.ty, GgmlType::Q4_K | GgmlType::Q6_K);
         let isa = Isa::best();
