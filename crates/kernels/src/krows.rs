@@ -74,7 +74,7 @@ struct Pack4 {
 /// `q[8h + c]` holds three vectors; byte `4i + k` of each holds row `i`'s 6-bit codes
 /// (`q + 32`) of the four values `128h + 32b + 4c + k`, `b` = 0..4 (slices), as
 /// `u_m | (u_3 >> 2m & 3) << 6` in vector `m`: slices 0–2 are one `and` each, and slice 3's
-/// three 2-bit pieces land at bits 2–7 with two shifts (see `slice6`). The file's split into
+/// three 2-bit pieces land at bits 2–7 with two shifts (see `slices6`). The file's split into
 /// nibbles and high bits would cost a shift or two for each slice.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -435,7 +435,7 @@ mod simd {
         /// the pack in two halves of eight rows) rather than the 512-bit `vpdpbusd` one.
         ///
         /// Why: Q6_K's 512-bit body is the faster from cache (0.41 against 0.68 ns per 32
-        /// values) but the slower from memory, where a decode step reads it: a 100 MB
+        /// values) but the slower from memory, where a decode step reads it: a 140 MB
         /// matrix streamed at 26–29 GB/s against 33–42 on two threads, 14–15 against 21–22
         /// on one, and a 4B-shape decode step was 1.10–1.20× faster with it (paired in one
         /// process, Zen 4). Why the stream suffers was not found (the `vpdpbusd` chains
