@@ -55,19 +55,19 @@ pub(crate) fn min_rows(isa: Isa) -> usize {
 /// One super-block of a group of [`ROWS`] weight rows, lane-major.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-struct Packed {
+pub(crate) struct Packed {
     /// Chunk `c`: values `4c..4c+4` of row `i` at bytes `4i..4i+4` (unsigned quants).
-    q: [[u8; 4 * ROWS]; QK_K / 4],
+    pub(crate) q: [[u8; 4 * ROWS]; QK_K / 4],
     /// Scale group `g` of each row (groups of [`KPack::GROUP_VALUES`] values): the i32
     /// scale, or for [`body_pairs`] the scale in both i16 halves of the lane (`madd`'s form).
-    sc: [[i32; ROWS]; 16],
+    pub(crate) sc: [[i32; ROWS]; 16],
     /// i16 pairs `(b_2k, b_2k+1)` per row: the 16-value groups' mins (formats with mins) or
     /// `offset · scale` (signed formats), to multiply with the activations' block sums. For
     /// [`body_pairs`] the formats with one min per 32 values take four pairs of consecutive
     /// mins instead, against sums of 32 activations ([`BlockQ8K::sums32`]).
-    bias: [[i32; ROWS]; 8],
-    d: [f32; ROWS],
-    dmin: [f32; ROWS],
+    pub(crate) bias: [[i32; ROWS]; 8],
+    pub(crate) d: [f32; ROWS],
+    pub(crate) dmin: [f32; ROWS],
 }
 
 const PACKED_ZERO: Packed = Packed {
@@ -558,6 +558,16 @@ thread_local! {
     static SCRATCH: RefCell<Vec<Packed>> = const { RefCell::new(Vec::new()) };
 }
 
+/// `f` on this thread's scratch of `len` packed super-blocks (reused call to call; its
+/// contents are whatever the last call left, so `f` fills every one it reads).
+pub(crate) fn with_scratch(len: usize, f: impl FnOnce(&mut [Packed])) {
+    SCRATCH.with(|cell| {
+        let mut pk = cell.borrow_mut();
+        pk.resize(len, PACKED_ZERO);
+        f(&mut pk[..len])
+    })
+}
+
 /// A row-major matrix of a K format, multiplied through the lane-major path.
 pub(crate) struct KGemm<'a, B> {
     /// An AVX2 spelling or better (checked by `matmul::run`).
@@ -585,89 +595,95 @@ impl<B: KPack> RowKernel for KGemm<'_, B> {
 
     fn subtile(&self, job: &Job<BlockQ8K>, o0: usize, o1: usize) {
         assert!(self.isa.is_avx2(), "the lane-major K kernels need AVX2");
-        for r in 0..job.n() {
-            assert!(job.row(r).len() >= self.bpr, "activation row too short");
-        }
-        SCRATCH.with(|cell| {
-            let mut pk = cell.borrow_mut();
-            let bpr = self.bpr;
-            // Every group of the sub-tile packed first (its weights in L2 for the whole call).
-            let groups = (o1 - o0).div_ceil(ROWS);
-            pk.resize(groups * bpr, PACKED_ZERO);
+        let bpr = self.bpr;
+        // Every group of the sub-tile packed first (its weights in L2 for the whole call).
+        with_scratch((o1 - o0).div_ceil(ROWS) * bpr, |pk| {
             for (gi, p) in pk.chunks_exact_mut(bpr).enumerate() {
                 let g0 = o0 + gi * ROWS;
                 let h = ROWS.min(o1 - g0);
                 // SAFETY: an AVX2 `Isa` proves AVX2, FMA and F16C.
                 unsafe {
                     let rows = &self.blocks[g0 * bpr..(g0 + h) * bpr];
-                    pack(rows, bpr, o1 - o0, self.plain_avx2(), p)
+                    pack(rows, bpr, o1 - o0, plain_avx2(self.isa), p)
                 };
             }
-            // Activation rows outer, groups inner: the rows' blocks are read from memory (or
-            // L3) once per sub-tile rather than once per group, and stay in L1 across its
-            // groups (a 512-row step's activations outgrow L2).
-            let most = self.rows_per_pass();
-            let mut r = 0;
-            while r < job.n() {
-                let take = (job.n() - r).min(most);
-                for (gi, p) in pk.chunks_exact(bpr).enumerate() {
-                    let g0 = o0 + gi * ROWS;
-                    let h = ROWS.min(o1 - g0);
-                    match take {
-                        1 => self.rows_of::<1>(p, job, r, g0, h),
-                        2 => self.rows_of::<2>(p, job, r, g0, h),
-                        3 => self.rows_of::<3>(p, job, r, g0, h),
-                        _ => self.rows_of::<4>(p, job, r, g0, h),
-                    }
-                }
-                r += take;
-            }
+            multiply::<B>(self.isa, pk, bpr, job, o0, o1);
         });
     }
 }
 
-impl<B: KPack> KGemm<'_, B> {
-    /// Activation rows each pass over a packed group takes: four, or [`PAIRS_ROWS`] where
-    /// [`body_pairs`] runs.
-    fn rows_per_pass(&self) -> usize {
-        if self.plain_avx2() {
-            PAIRS_ROWS
-        } else {
-            4
-        }
-    }
+/// Whether [`body_pairs`] runs, and so the forms [`Packed`] must hold: AVX2 without
+/// `vpdpbusd`.
+pub(crate) fn plain_avx2(isa: Isa) -> bool {
+    !isa.is_avx512() && !isa.vnni256()
+}
 
-    /// Whether [`body_pairs`] runs: AVX2 without `vpdpbusd`.
-    fn plain_avx2(&self) -> bool {
-        !self.isa.is_avx512() && !self.isa.vnni256()
+/// Every activation row of `job` times the packed groups `pk` (`bpr` super-blocks each) of
+/// weight rows `o0..o1`, into `job`'s outputs.
+pub(crate) fn multiply<B: KPack>(
+    isa: Isa,
+    pk: &[Packed],
+    bpr: usize,
+    job: &Job<BlockQ8K>,
+    o0: usize,
+    o1: usize,
+) {
+    assert!(isa.is_avx2(), "the lane-major K kernels need AVX2");
+    assert_eq!(
+        pk.len(),
+        (o1 - o0).div_ceil(ROWS) * bpr,
+        "one group per sixteen rows"
+    );
+    for r in 0..job.n() {
+        assert!(job.row(r).len() >= bpr, "activation row too short");
     }
-
-    /// Activation rows `r..r + R` times the packed group of weight rows `g0..g0 + h`.
-    #[inline(always)]
-    fn rows_of<const R: usize>(
-        &self,
-        pk: &[Packed],
-        job: &Job<BlockQ8K>,
-        r: usize,
-        g0: usize,
-        h: usize,
-    ) {
-        let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
-        let mut out = [[0.0f32; ROWS]; R];
-        // SAFETY: the `Isa` proves the features of the entry chosen; every row covers the
-        // `bpr` packed super-blocks (checked in `subtile`).
-        unsafe {
-            if self.isa.is_avx512() {
-                group_avx512::<B, R>(pk, &xs, &mut out);
-            } else if self.isa.vnni256() {
-                group_vnni::<B, R>(pk, &xs, &mut out);
-            } else {
-                group_avx2::<B, R>(pk, &xs, &mut out);
+    // Activation rows outer, groups inner: the rows' blocks are read from memory (or L3) once
+    // per sub-tile rather than once per group, and stay in L1 across its groups (a 512-row
+    // step's activations outgrow L2). Rows per pass: four, or [`PAIRS_ROWS`] where
+    // [`body_pairs`] runs.
+    let most = if plain_avx2(isa) { PAIRS_ROWS } else { 4 };
+    let mut r = 0;
+    while r < job.n() {
+        let take = (job.n() - r).min(most);
+        for (gi, p) in pk.chunks_exact(bpr).enumerate() {
+            let g0 = o0 + gi * ROWS;
+            let h = ROWS.min(o1 - g0);
+            match take {
+                1 => rows_of::<B, 1>(isa, p, job, r, g0, h),
+                2 => rows_of::<B, 2>(isa, p, job, r, g0, h),
+                3 => rows_of::<B, 3>(isa, p, job, r, g0, h),
+                _ => rows_of::<B, 4>(isa, p, job, r, g0, h),
             }
         }
-        for (i, o) in out.iter().enumerate() {
-            // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
-            unsafe { job.put_run(r + i, g0, &o[..h]) };
+        r += take;
+    }
+}
+
+/// Activation rows `r..r + R` times the packed group of weight rows `g0..g0 + h`.
+#[inline(always)]
+fn rows_of<B: KPack, const R: usize>(
+    isa: Isa,
+    pk: &[Packed],
+    job: &Job<BlockQ8K>,
+    r: usize,
+    g0: usize,
+    h: usize,
+) {
+    let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
+    let mut out = [[0.0f32; ROWS]; R];
+    // SAFETY: the `Isa` proves the features of the entry chosen; every row covers the `bpr`
+    // packed super-blocks (checked in `multiply`).
+    unsafe {
+        if isa.is_avx512() {
+            group_avx512::<B, R>(pk, &xs, &mut out);
+        } else if isa.vnni256() {
+            group_vnni::<B, R>(pk, &xs, &mut out);
+        } else {
+            group_avx2::<B, R>(pk, &xs, &mut out);
         }
+    }
+    for (i, o) in out.iter().enumerate() {
+        // SAFETY: rows `g0..g0 + h` lie in this task's sub-tile.
+        unsafe { job.put_run(r + i, g0, &o[..h]) };
     }
 }

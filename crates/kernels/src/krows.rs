@@ -46,6 +46,8 @@
 //! software prefetch ahead of them (8 KB ahead, a line at a time, as this kernel had) made
 //! Zen 4 read Q6_K a quarter slower and left Q4_K level, so the kernel issues none.
 
+mod gemm;
+
 use crate::block::Isa;
 use crate::kquants::{unpack_scale_min_k4, BlockQ4K, BlockQ6K, BlockQ8K, QK_K};
 use crate::pool::ThreadPool;
@@ -342,7 +344,11 @@ mod simd {
         /// Decode keeps the default, where the threads' ends balance on smaller sub-tiles
         /// (4B tg64 was 4 % slower with the larger ones).
         fn subtile_bytes(&self, n: usize) -> usize {
-            if n > 16 {
+            // The decoded path (`gemm`) holds a sub-tile decoded, about 2.5 times its packs:
+            // `kgemm`'s size, which it was tuned at.
+            if super::gemm::applies(self.isa, n) {
+                crate::tiling::SUBTILE_BYTES
+            } else if n > 16 {
                 2 * crate::tiling::SUBTILE_BYTES
             } else {
                 crate::tiling::SUBTILE_BYTES
@@ -352,6 +358,9 @@ mod simd {
         fn subtile(&self, job: &Job<BlockQ8K>, o0: usize, o1: usize) {
             assert!(self.isa.is_avx2(), "KRows16 needs AVX2");
             assert!(o0.is_multiple_of(GROUP) && o1.is_multiple_of(GROUP));
+            if super::gemm::applies(self.isa, job.n()) {
+                return super::gemm::subtile(self.m, self.isa, job, o0, o1);
+            }
             let bpr = self.m.bpr;
             for r in 0..job.n() {
                 assert!(job.row(r).len() >= bpr, "activation row too short");
