@@ -2,9 +2,10 @@
 //!
 //! A [`Matrix`] records where its bytes are in the memory-mapped file, and the forward pass
 //! borrows them per call. Only the small F32 norm vectors are copied out at bind time. After
-//! binding, on AVX-512 hosts, the Q4_K and Q6_K matrices of the decoder's layers and head are
-//! repacked sixteen rows at a time ([`Weights::repack`]; `ferrox_kernels::KRows16`): a layout
-//! the kernel multiplies ~3x faster from cache. What is left in the file's layout is copied
+//! binding, on AVX-512 and plain AVX2 hosts, the Q4_K and Q6_K matrices of the decoder's
+//! layers and head are repacked sixteen rows at a time, all into one buffer on huge pages
+//! ([`Weights::repack`]; `ferrox_kernels::KRows16`): a layout the kernel multiplies ~3x
+//! faster from cache at one activation row. What is left in the file's layout is copied
 //! into one buffer on huge pages ([`Weights::copy_to_huge_pages`]), because a decode step
 //! streams it from memory and a mapped file's pages are 4 KB. Either way the file's pages are
 //! released as they are copied, so the model stays resident once.
@@ -12,7 +13,7 @@
 use ferrox_gguf::{GgmlType, GgufFile, TensorInfo};
 use std::sync::Arc;
 
-use ferrox_kernels::{Activations, Isa, KRows16, QMatrix, ThreadPool};
+use ferrox_kernels::{Activations, Isa, KRows16, QMatrix, RepackPart, ThreadPool};
 
 use crate::config::{Arch, ModelConfig, QkNorm};
 use crate::error::EngineError;
@@ -75,23 +76,18 @@ impl Matrix {
         }
     }
 
-    /// Repacks this matrix where `KRows16` applies and was measured to pay (Q4_K or Q6_K,
-    /// rows a multiple of sixteen, the AVX-512 spelling), releasing its file pages as they
-    /// are copied. On the AVX2 spellings the file's layout stays, for now: there the
-    /// repacked kernel decodes faster but prefills 8–12 % slower than `kgemm` on the file's
-    /// layout (Zen 4's `avx2` spelling, docs/PERFORMANCE.md, twelfth session), a trade to
-    /// judge on a host that is AVX2 only.
-    fn repack(&mut self, file: &GgufFile, any_avx2: bool) {
+    /// Whether this matrix is one `KRows16` should hold (Q4_K or Q6_K, not repacked yet) on
+    /// this CPU: on the AVX-512 and plain AVX2 spellings, where it was measured to pay, and
+    /// on AVX-VNNI too when `any_avx2`. On plain AVX2 (Zen 4's `avx2` spelling, 4B shape)
+    /// it decodes level on slow memory and up to 1.4× faster on fast, and since its prefill
+    /// runs `kgemm`'s body (`krows/gemm.rs`) it prefills level with the file's layout
+    /// (docs/PERFORMANCE.md, thirteenth session). AVX-VNNI hosts (Intel) were not measured:
+    /// there the file's layout stays unless asked.
+    fn wants_repack(&self, any_avx2: bool) -> bool {
         let ty_ok = matches!(self.ty, GgmlType::Q4_K | GgmlType::Q6_K);
         let isa = Isa::best();
-        if self.packed.is_some() || !ty_ok || !(isa.is_avx512() || any_avx2 && isa.is_avx2()) {
-            return;
-        }
-        let data = self.file_bytes(file);
-        self.packed = KRows16::repack(self.ty, data, self.rows, self.cols, |done| {
-            file.release(&data[done])
-        })
-        .map(Arc::new);
+        let measured = isa.is_avx512() || isa.is_avx2() && !isa.vnni256();
+        self.packed.is_none() && ty_ok && (measured || any_avx2 && isa.is_avx2())
     }
 
     /// This matrix's bytes in the file.
@@ -230,17 +226,33 @@ pub struct Weights {
 impl Weights {
     /// Repacks the layers' and the head's matrices for the lane-major K kernels where that
     /// applies (see the module doc). `FERROX_KROWS=0` keeps the file's layout, `=1` repacks
-    /// on the AVX2 spellings too (both for side-by-side timing; the bits are the same).
+    /// on the AVX-VNNI spelling too (both for side-by-side timing; the bits are the same).
     pub fn repack(&mut self, file: &GgufFile) {
         let setting = std::env::var("FERROX_KROWS").unwrap_or_default();
         if setting == "0" {
             return;
         }
         let any_avx2 = setting == "1";
-        for m in layer_matrices(&mut self.layers) {
-            m.repack(file, any_avx2);
+        let mut ms = layer_matrices(&mut self.layers);
+        ms.push(&mut self.output);
+        ms.retain(|m| m.wants_repack(any_avx2));
+        // One buffer for all of them (`KRows16::repack_all`): on huge pages even where a
+        // matrix is smaller than a few 2 MB pages.
+        let datas: Vec<&[u8]> = ms.iter().map(|m| m.file_bytes(file)).collect();
+        let parts: Vec<RepackPart> = ms
+            .iter()
+            .zip(&datas)
+            .map(|(m, &data)| RepackPart {
+                ty: m.ty,
+                data,
+                rows: m.rows,
+                cols: m.cols,
+            })
+            .collect();
+        let packed = KRows16::repack_all(&parts, |i, done| file.release(&datas[i][done]));
+        for (m, k) in ms.into_iter().zip(packed) {
+            m.packed = k.map(Arc::new);
         }
-        self.output.repack(file, any_avx2);
     }
 
     /// Copies the dense layers' matrices that [`Weights::repack`] left in the file's layout

@@ -245,7 +245,7 @@ impl KPack for BlockQ6K {
 
 /// Hints the cache lines of the `span` bytes from `p` into L2. Never faults.
 #[inline(always)]
-fn prefetch_l2(p: *const u8, span: usize) {
+pub(crate) fn prefetch_l2(p: *const u8, span: usize) {
     let mut off = 0;
     while off <= span {
         // SAFETY: a prefetch is a hint; it never faults, whatever the address.

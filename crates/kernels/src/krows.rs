@@ -92,18 +92,33 @@ struct Pack6 {
 const _: () = assert!(size_of::<Pack4>() == 2368);
 const _: () = assert!(size_of::<Pack6>() == 3392);
 
-enum Packs {
-    Q4(Vec<Pack4>),
-    Q6(Vec<Pack6>),
+/// 64 bytes on a 64-byte boundary: the unit of the buffer the packs live in (each pack is a
+/// whole number of lines).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+const _: () =
+    assert!(size_of::<Pack4>().is_multiple_of(64) && size_of::<Pack6>().is_multiple_of(64));
+
+/// A matrix's packs, borrowed from the buffer they live in.
+enum Packs<'a> {
+    Q4(&'a [Pack4]),
+    Q6(&'a [Pack6]),
 }
 
 /// A Q4_K or Q6_K matrix of `rows` (a multiple of sixteen) by `cols`, sixteen rows
 /// interleaved. Entry `g * bpr + j` is super-block column `j` of rows `16g..16g + 16`.
 pub struct KRows16 {
+    ty: GgmlType,
     rows: usize,
     cols: usize,
     bpr: usize,
-    packs: Packs,
+    /// The buffer holding this matrix's packs, lines `start..start + len` of it; the
+    /// matrices repacked together ([`KRows16::repack_all`]) share one.
+    buf: std::sync::Arc<Vec<Line>>,
+    start: usize,
+    len: usize,
 }
 
 impl std::fmt::Debug for KRows16 {
@@ -118,12 +133,50 @@ impl std::fmt::Debug for KRows16 {
     }
 }
 
+/// One matrix for [`KRows16::repack_all`]: `rows` rows of `cols` values of `ty`, as in GGUF.
+#[derive(Clone, Copy)]
+pub struct RepackPart<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl RepackPart<'_> {
+    /// Lines of packs this matrix repacks into, or `None` where the layout does not apply:
+    /// another type, rows not a multiple of sixteen, a byte count that does not match, or a
+    /// CPU without AVX2 (`Isa::best`).
+    fn lines(&self) -> Option<usize> {
+        if !cfg!(target_arch = "x86_64") || !Isa::best().is_avx2() {
+            return None;
+        }
+        let (rows, cols) = (self.rows, self.cols);
+        if rows == 0 || !rows.is_multiple_of(GROUP) || !cols.is_multiple_of(QK_K) {
+            return None;
+        }
+        if self.data.len() != rows * crate::row_bytes(self.ty, cols) {
+            return None;
+        }
+        let pack = match self.ty {
+            GgmlType::Q4_K => size_of::<Pack4>(),
+            GgmlType::Q6_K => size_of::<Pack6>(),
+            _ => return None,
+        };
+        Some(rows / GROUP * (cols / QK_K) * pack / 64)
+    }
+}
+
+/// `p`'s bytes as lines.
+fn lines_of<P: Copy>(p: &P) -> &[Line] {
+    assert!(size_of::<P>().is_multiple_of(64) && align_of::<P>() == 64);
+    // SAFETY: `P` is 64-aligned and a whole number of 64-byte lines, and a `Line` is plain
+    // bytes, so every line of it is a valid `Line`.
+    unsafe { std::slice::from_raw_parts((p as *const P).cast(), size_of::<P>() / 64) }
+}
+
 impl KRows16 {
-    /// Repacks `data` (`rows` rows of `cols` values of `ty`, as in GGUF), or `None` where this
-    /// layout does not apply: another type, rows not a multiple of sixteen, a byte count that
-    /// does not match, or a CPU without AVX2 (`Isa::best`). `done(bytes)` is called after each
-    /// part of `data` has been copied, with the byte range it covered, so that a caller
-    /// holding `data` in a mapped file can release those pages at once.
+    /// Repacks `data` (`rows` rows of `cols` values of `ty`, as in GGUF) into a buffer of its
+    /// own, or `None` where this layout does not apply (see [`KRows16::repack_all`]).
     pub fn repack(
         ty: GgmlType,
         data: &[u8],
@@ -131,65 +184,96 @@ impl KRows16 {
         cols: usize,
         mut done: impl FnMut(std::ops::Range<usize>),
     ) -> Option<KRows16> {
-        if !cfg!(target_arch = "x86_64") || !Isa::best().is_avx2() {
-            return None;
-        }
-        if rows == 0 || !rows.is_multiple_of(GROUP) || !cols.is_multiple_of(QK_K) {
-            return None;
-        }
-        let bpr = cols / QK_K;
-        let row_bytes = crate::row_bytes(ty, cols);
-        if data.len() != rows * row_bytes {
-            return None;
-        }
-        let group_bytes = GROUP * row_bytes;
-        // Released about 4 MB at a time: only whole pages inside a range are released, so
-        // a range per group (~23 KB) would keep a third of the pages resident.
-        let part_groups = ((4 << 20) / group_bytes).max(1);
-        let mut each = |f: &mut dyn FnMut(&[u8])| {
-            let mut start = 0;
-            for (g, part) in data.chunks_exact(group_bytes).enumerate() {
-                f(part);
-                if (g + 1) % part_groups == 0 || (g + 1) * group_bytes == data.len() {
-                    done(start..(g + 1) * group_bytes);
-                    start = (g + 1) * group_bytes;
-                }
-            }
-        };
-        let packs = match ty {
-            GgmlType::Q4_K => {
-                let mut v = Vec::with_capacity(rows / GROUP * bpr);
-                crate::hugepages::advise(&v);
-                each(&mut |part| {
-                    let blocks: &[BlockQ4K] = crate::block::as_blocks(part);
-                    v.extend((0..bpr).map(|j| pack4(|i| &blocks[i * bpr + j])));
-                });
-                Packs::Q4(v)
-            }
-            GgmlType::Q6_K => {
-                let mut v = Vec::with_capacity(rows / GROUP * bpr);
-                crate::hugepages::advise(&v);
-                each(&mut |part| {
-                    let blocks: &[BlockQ6K] = crate::block::as_blocks(part);
-                    v.extend((0..bpr).map(|j| pack6(|i| &blocks[i * bpr + j])));
-                });
-                Packs::Q6(v)
-            }
-            _ => return None,
-        };
-        Some(KRows16 {
+        let part = RepackPart {
+            ty,
+            data,
             rows,
             cols,
-            bpr,
-            packs,
-        })
+        };
+        Self::repack_all(&[part], |_, r| done(r)).pop().flatten()
+    }
+
+    /// Repacks every part that this layout applies to (Q4_K or Q6_K, rows a multiple of
+    /// sixteen, a matching byte count, an AVX2 CPU) into ONE buffer on huge pages, which the
+    /// matrices share; `None` for the others. `done(i, bytes)` is called after each range of
+    /// part `i`'s data has been copied (about 4 MB at a time), so that a caller holding the
+    /// data in a mapped file can release those pages at once.
+    ///
+    /// Why one buffer: huge pages form only in whole 2 MB runs of an allocation, so a matrix
+    /// of its own below a few megabytes (a 4B model's attention matrices, 1.5–3 MB) stayed
+    /// on 4 KB pages: with a buffer per matrix, 22 % of a 4B-shape model's packs were on
+    /// them, a TLB miss every 4 KB of a decode step's stream (docs/PERFORMANCE.md,
+    /// thirteenth session).
+    pub fn repack_all(
+        parts: &[RepackPart<'_>],
+        mut done: impl FnMut(usize, std::ops::Range<usize>),
+    ) -> Vec<Option<KRows16>> {
+        let lines: Vec<Option<usize>> = parts.iter().map(RepackPart::lines).collect();
+        let mut buf: Vec<Line> = Vec::with_capacity(lines.iter().flatten().sum());
+        crate::hugepages::advise(&buf);
+        let mut at = Vec::with_capacity(parts.len());
+        for (i, (part, n)) in parts.iter().zip(&lines).enumerate() {
+            let start = buf.len();
+            if n.is_some() {
+                fill(part, &mut buf, |r| done(i, r));
+            }
+            at.push(start);
+        }
+        let buf = std::sync::Arc::new(buf);
+        parts
+            .iter()
+            .zip(lines)
+            .zip(at)
+            .map(|((part, n), start)| {
+                let len = n?;
+                assert!(start + len <= buf.len(), "every line written");
+                Some(KRows16 {
+                    ty: part.ty,
+                    rows: part.rows,
+                    cols: part.cols,
+                    bpr: part.cols / QK_K,
+                    buf: buf.clone(),
+                    start,
+                    len,
+                })
+            })
+            .collect()
+    }
+
+    /// Hints the packs of the sub-tile after rows `o0..o1` (the same number of rows) into
+    /// L2: for a prefill-sized call, where each sub-tile is multiplied long enough for them
+    /// to arrive. Past the matrix the hint is dropped (a prefetch never faults).
+    fn prefetch_next(&self, o0: usize, o1: usize) {
+        let per_group = self.len / (self.rows / GROUP);
+        let next = self.buf[self.start..]
+            .as_ptr()
+            .wrapping_add(o1 / GROUP * per_group);
+        crate::kgemm::prefetch_l2(next.cast(), (o1 - o0) / GROUP * per_group * 64);
+    }
+
+    /// This matrix's packs.
+    fn packs(&self) -> Packs<'_> {
+        let lines = &self.buf[self.start..self.start + self.len];
+        let ptr = lines.as_ptr();
+        // SAFETY: these lines were written from whole packs of this matrix's type
+        // (`repack_all`), a `Line` and a pack are both 64-aligned, and a pack's fields are
+        // plain integers, valid for any bytes.
+        unsafe {
+            match self.ty {
+                GgmlType::Q4_K => Packs::Q4(std::slice::from_raw_parts(
+                    ptr.cast(),
+                    self.len * 64 / size_of::<Pack4>(),
+                )),
+                _ => Packs::Q6(std::slice::from_raw_parts(
+                    ptr.cast(),
+                    self.len * 64 / size_of::<Pack6>(),
+                )),
+            }
+        }
     }
 
     pub fn ty(&self) -> GgmlType {
-        match self.packs {
-            Packs::Q4(_) => GgmlType::Q4_K,
-            Packs::Q6(_) => GgmlType::Q6_K,
-        }
+        self.ty
     }
 
     pub fn rows(&self) -> usize {
@@ -243,6 +327,37 @@ impl KRows16 {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = pool;
+    }
+}
+
+/// Appends `part`'s packs (a type and shape `RepackPart::lines` accepted) to `buf`, calling
+/// `done` with each range of its data copied, about 4 MB at a time.
+fn fill(part: &RepackPart<'_>, buf: &mut Vec<Line>, mut done: impl FnMut(std::ops::Range<usize>)) {
+    let bpr = part.cols / QK_K;
+    let group_bytes = GROUP * crate::row_bytes(part.ty, part.cols);
+    // Released about 4 MB at a time: only whole pages inside a range are released, so a
+    // range per group (~23 KB) would keep a third of the pages resident.
+    let part_groups = ((4 << 20) / group_bytes).max(1);
+    let mut start = 0;
+    for (g, data) in part.data.chunks_exact(group_bytes).enumerate() {
+        match part.ty {
+            GgmlType::Q4_K => {
+                let blocks: &[BlockQ4K] = crate::block::as_blocks(data);
+                for j in 0..bpr {
+                    buf.extend_from_slice(lines_of(&pack4(|i| &blocks[i * bpr + j])));
+                }
+            }
+            _ => {
+                let blocks: &[BlockQ6K] = crate::block::as_blocks(data);
+                for j in 0..bpr {
+                    buf.extend_from_slice(lines_of(&pack6(|i| &blocks[i * bpr + j])));
+                }
+            }
+        }
+        if (g + 1) % part_groups == 0 || (g + 1) * group_bytes == part.data.len() {
+            done(start..(g + 1) * group_bytes);
+            start = (g + 1) * group_bytes;
+        }
     }
 }
 
@@ -328,7 +443,7 @@ mod simd {
         }
 
         fn row_bytes(&self) -> usize {
-            match &self.m.packs {
+            match self.m.packs() {
                 Packs::Q4(_) => size_of::<Pack4>() * self.m.bpr / GROUP,
                 Packs::Q6(_) => size_of::<Pack6>() * self.m.bpr / GROUP,
             }
@@ -369,6 +484,9 @@ mod simd {
             // L3) once per sub-tile rather than once per group (a 512-row step's activations
             // outgrow L2), and the sub-tile's weights stay in L2. Rows per pass: eight where
             // 32 registers hold their sums (AVX-512), four in AVX2's sixteen.
+            if job.n() > 16 {
+                self.m.prefetch_next(o0, o1);
+            }
             let max_r = if self.isa.is_avx512() { 8 } else { 4 };
             let mut r = 0;
             while r < job.n() {
@@ -401,7 +519,7 @@ mod simd {
             // SAFETY: the `Isa` proves the features of the entry chosen; every activation row
             // covers the group's `bpr` super-blocks (checked in `subtile`).
             unsafe {
-                match &self.m.packs {
+                match self.m.packs() {
                     Packs::Q4(v) => run(isa, &v[g * bpr..(g + 1) * bpr], &xs, &mut out),
                     Packs::Q6(v) => run(isa, &v[g * bpr..(g + 1) * bpr], &xs, &mut out),
                 }

@@ -2,7 +2,9 @@
 //! `matmul` gives on the matrix it came from, on every instruction set the CPU has, at every
 //! batch size and thread count.
 
-use ferrox_kernels::{matmul_isa, quantize_row, GgmlType, Isa, KRows16, QMatrix, ThreadPool};
+use ferrox_kernels::{
+    matmul_isa, quantize_row, GgmlType, Isa, KRows16, QMatrix, RepackPart, ThreadPool,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -89,4 +91,62 @@ fn only_fitting_matrices_are_repacked() {
         KRows16::repack(GgmlType::Q5_K, &bytes[..16 * 176], 16, 256, |_| {}).is_none(),
         "Q5_K has no repacked layout"
     );
+}
+
+#[test]
+fn matrices_repacked_together_each_keep_their_bits() {
+    if !Isa::best().is_avx2() {
+        return;
+    }
+    // Both types, a part the layout refuses (Q5_K) between them, and a short one after:
+    // each repacked part must read its own packs out of the shared buffer.
+    let mut rng = StdRng::seed_from_u64(18);
+    let shapes = [
+        (GgmlType::Q6_K, 32, 512),
+        (GgmlType::Q5_K, 16, 256),
+        (GgmlType::Q4_K, 48, 768),
+        (GgmlType::Q6_K, 16, 256),
+    ];
+    let datas: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, rows, cols)| matrix(&mut rng, ty, rows, cols))
+        .collect();
+    let parts: Vec<RepackPart> = shapes
+        .iter()
+        .zip(&datas)
+        .map(|(&(ty, rows, cols), data)| RepackPart {
+            ty,
+            data,
+            rows,
+            cols,
+        })
+        .collect();
+    let mut released = vec![0; parts.len()];
+    let got = KRows16::repack_all(&parts, |i, r| released[i] += r.len());
+    assert_eq!(got.len(), parts.len());
+    for (i, (&(ty, rows, cols), m)) in shapes.iter().zip(&got).enumerate() {
+        let Some(m) = m else {
+            assert_eq!(ty, GgmlType::Q5_K, "part {i} not repacked");
+            assert_eq!(released[i], 0, "a part left as it was is not released");
+            continue;
+        };
+        assert_eq!(released[i], datas[i].len(), "part {i} released once, whole");
+        assert_eq!((m.ty(), m.rows(), m.cols()), (ty, rows, cols));
+        let w = QMatrix::new(ty, &datas[i], rows, cols);
+        for n in [1, 20] {
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-2.0..2.0)).collect();
+            let mut want = vec![0.0; n * rows];
+            matmul_isa(Isa::scalar(), &ThreadPool::new(1), &w, &x, n, &mut want);
+            let mut out = vec![0.0; n * rows];
+            m.matmul(&ThreadPool::new(2), &x, n, &mut out);
+            let same = out
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "part {i} ({ty:?} {rows}x{cols}) n={n}: not matmul's bits"
+            );
+        }
+    }
 }
