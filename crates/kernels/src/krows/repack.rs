@@ -100,8 +100,13 @@ impl KRows16 {
         let mut at = Vec::with_capacity(parts.len());
         for (i, (part, n)) in parts.iter().zip(&lines).enumerate() {
             let start = buf.len();
-            if n.is_some() {
+            if let Some(n) = n {
                 fill(part, &mut buf, |r| done(i, r));
+                assert_eq!(
+                    buf.len() - start,
+                    *n,
+                    "part {i}: every line written, no more"
+                );
             }
             at.push(start);
         }
@@ -112,7 +117,6 @@ impl KRows16 {
             .zip(at)
             .map(|((part, n), start)| {
                 let len = n?;
-                assert!(start + len <= buf.len(), "every line written");
                 Some(KRows16 {
                     ty: part.ty,
                     rows: part.rows,
