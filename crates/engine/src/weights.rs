@@ -238,18 +238,16 @@ impl Weights {
         ms.retain(|m| m.wants_repack(any_avx2));
         // One buffer for all of them (`KRows16::repack_all`): on huge pages even where a
         // matrix is smaller than a few 2 MB pages.
-        let datas: Vec<&[u8]> = ms.iter().map(|m| m.file_bytes(file)).collect();
         let parts: Vec<RepackPart> = ms
             .iter()
-            .zip(&datas)
-            .map(|(m, &data)| RepackPart {
+            .map(|m| RepackPart {
                 ty: m.ty,
-                data,
+                data: m.file_bytes(file),
                 rows: m.rows,
                 cols: m.cols,
             })
             .collect();
-        let packed = KRows16::repack_all(&parts, |i, done| file.release(&datas[i][done]));
+        let packed = KRows16::repack_all(&parts, |i, done| file.release(&parts[i].data[done]));
         for (m, k) in ms.into_iter().zip(packed) {
             m.packed = k.map(Arc::new);
         }

@@ -281,13 +281,16 @@ mod simd {
             for r in 0..job.n() {
                 assert!(job.row(r).len() >= bpr, "activation row too short");
             }
+            // A prefill-sized call multiplies each sub-tile long enough for the next one's
+            // packs to arrive in L2 meanwhile (`prefetch_next`); decode hints nothing.
+            if job.n() > 16 {
+                self.m.prefetch_next(o0, o1);
+            }
             // Activation rows outer, groups inner: each row's blocks are read from memory (or
             // L3) once per sub-tile rather than once per group (a 512-row step's activations
             // outgrow L2), and the sub-tile's weights stay in L2. Rows per pass: eight where
             // 32 registers hold their sums (AVX-512), four in AVX2's sixteen.
-            if job.n() > 16 {
-                self.m.prefetch_next(o0, o1);
-            }
+            let packs = self.m.packs();
             let max_r = if self.isa.is_avx512() { 8 } else { 4 };
             let mut r = 0;
             while r < job.n() {
@@ -297,11 +300,11 @@ mod simd {
                 };
                 for g in o0 / GROUP..o1 / GROUP {
                     match take {
-                        1 => self.group::<1>(job, r, g),
-                        2 => self.group::<2>(job, r, g),
-                        3 => self.group::<3>(job, r, g),
-                        4 => self.group::<4>(job, r, g),
-                        _ => self.group::<8>(job, r, g),
+                        1 => self.group::<1>(&packs, job, r, g),
+                        2 => self.group::<2>(&packs, job, r, g),
+                        3 => self.group::<3>(&packs, job, r, g),
+                        4 => self.group::<4>(&packs, job, r, g),
+                        _ => self.group::<8>(&packs, job, r, g),
                     }
                 }
                 r += take;
@@ -312,7 +315,7 @@ mod simd {
     impl Kernel<'_> {
         /// Activation rows `r..r + R` times rows `16g..16g + 16`.
         #[inline(always)]
-        fn group<const R: usize>(&self, job: &Job<BlockQ8K>, r: usize, g: usize) {
+        fn group<const R: usize>(&self, packs: &Packs, job: &Job<BlockQ8K>, r: usize, g: usize) {
             let xs: [&[BlockQ8K]; R] = std::array::from_fn(|i| job.row(r + i));
             let mut out = [[0.0f32; GROUP]; R];
             let bpr = self.m.bpr;
@@ -320,7 +323,7 @@ mod simd {
             // SAFETY: the `Isa` proves the features of the entry chosen; every activation row
             // covers the group's `bpr` super-blocks (checked in `subtile`).
             unsafe {
-                match self.m.packs() {
+                match packs {
                     Packs::Q4(v) => run(isa, &v[g * bpr..(g + 1) * bpr], &xs, &mut out),
                     Packs::Q6(v) => run(isa, &v[g * bpr..(g + 1) * bpr], &xs, &mut out),
                 }
