@@ -249,6 +249,20 @@ impl Model {
         &self.file
     }
 
+    /// The memory a one-sequence decode step streams (`Weights::decode_memory`, and the
+    /// head's own layout where it has one); empty for an encoder. For comparing a decode
+    /// with a plain read of the same memory (`ferrox bench --bandwidth`).
+    pub fn decode_memory(&self) -> Vec<&[u8]> {
+        let Body::Decoder(weights) = &self.body else {
+            return Vec::new();
+        };
+        let mut regions = weights.decode_memory(&self.file, self.head_rows8.is_some());
+        if let Some(head) = &self.head_rows8 {
+            regions.extend(head.buffers());
+        }
+        regions
+    }
+
     /// The threads the forward runs on (callers may run other per-step work on them).
     pub fn pool(&self) -> &ThreadPool {
         &self.pool

@@ -90,6 +90,16 @@ impl Matrix {
         self.packed.is_none() && ty_ok && (measured || any_avx2 && isa.is_avx2())
     }
 
+    /// The memory a multiply by this matrix streams: the buffer its packs share with the
+    /// other repacked matrices, else the huge-page copy it sits in, else its file bytes.
+    pub fn held_bytes<'a>(&'a self, file: &'a GgufFile) -> &'a [u8] {
+        match (&self.packed, &self.copy) {
+            (Some(k), _) => k.buffer(),
+            (None, Some((buf, _))) => buf,
+            (None, None) => self.file_bytes(file),
+        }
+    }
+
     /// This matrix's bytes in the file.
     fn file_bytes<'a>(&self, file: &'a GgufFile) -> &'a [u8] {
         let data = file.tensor_data(&file.tensors()[self.index]);
@@ -224,6 +234,24 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// The memory one decode token streams, buffer by buffer (a buffer shared by several
+    /// matrices is listed for each): every dense layer matrix and, unless `head_elsewhere`,
+    /// the head. A mixture of experts' expert tensors are left out (a token reads a few of
+    /// them, in the mapped file).
+    pub fn decode_memory<'a>(&'a self, file: &'a GgufFile, head_elsewhere: bool) -> Vec<&'a [u8]> {
+        let mut ms: Vec<&Matrix> = Vec::new();
+        for l in &self.layers {
+            ms.extend([&l.wq, &l.wk, &l.wv, &l.wo]);
+            if let Ffn::Dense { gate, up, down } = &l.ffn {
+                ms.extend([gate, up, down]);
+            }
+        }
+        if !head_elsewhere {
+            ms.push(&self.output);
+        }
+        ms.iter().map(|m| m.held_bytes(file)).collect()
+    }
+
     /// Repacks the layers' and the head's matrices for the lane-major K kernels where that
     /// applies (see the module doc). `FERROX_KROWS=0` keeps the file's layout, `=1` repacks
     /// on the AVX-VNNI spelling too (both for side-by-side timing; the bits are the same).

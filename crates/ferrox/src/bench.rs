@@ -15,7 +15,9 @@
 //! threads (`ferrox_kernels::read_bandwidth`) and reports what share of it one sequence's
 //! decode reads: the weights a token reads ([`decode_bytes`]) times `tg` tokens per second.
 //! On a real-size model that share, not the tokens per second alone, says how much faster a
-//! decode kernel could still get on this machine.
+//! decode kernel could still get on this machine. It also reads the weights' own memory the
+//! same way (`ferrox_kernels::read_bandwidth_of`), since where memory is not uniform a fresh
+//! probe buffer can land on faster or slower memory than the weights did.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -222,24 +224,32 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             results.push((format!("batch{b}{at}"), stat(v)));
         }
     }
-    // (bytes per decode token, plain read GB/s), measured after the tests so the probe's
-    // 512 MB is not resident while they run.
+    // (bytes per decode token, plain read GB/s, plain read of the weights' own memory GB/s),
+    // measured after the tests so the probe's 512 MB is not resident while they run.
     let bandwidth = args.bandwidth.then(|| {
         let experts = m.config().moe.as_ref().map(|e| (e.n_used, e.n_expert));
-        let gbps = (0..reps.max(3))
-            .map(|_| ferrox_kernels::read_bandwidth(m.pool(), 512 << 20, 5))
-            .collect();
-        (decode_bytes(m.file(), experts), stat(gbps))
+        let weights = m.decode_memory();
+        let (probe, own): (Vec<f64>, Vec<f64>) = (0..reps.max(3))
+            .map(|_| {
+                (
+                    ferrox_kernels::read_bandwidth(m.pool(), 512 << 20, 5),
+                    ferrox_kernels::read_bandwidth_of(m.pool(), &weights, 3),
+                )
+            })
+            .unzip();
+        (decode_bytes(m.file(), experts), stat(probe), stat(own))
     });
     if args.json {
         let mut obj: serde_json::Map<String, serde_json::Value> = results
             .into_iter()
             .map(|(k, s)| (k, serde_json::to_value(s).expect("stat serializes")))
             .collect();
-        if let Some((bytes, gbps)) = bandwidth {
+        if let Some((bytes, probe, own)) = bandwidth {
             obj.insert("decode_bytes".into(), bytes.into());
-            let gbps = serde_json::to_value(gbps).expect("stat serializes");
-            obj.insert("read_gbps".into(), gbps);
+            let probe = serde_json::to_value(probe).expect("stat serializes");
+            obj.insert("read_gbps".into(), probe);
+            let own = serde_json::to_value(own).expect("stat serializes");
+            obj.insert("weights_read_gbps".into(), own);
         }
         println!("{}", serde_json::Value::Object(obj));
     } else {
@@ -261,18 +271,22 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
                 s.min, s.median, s.max
             );
         }
-        if let Some((bytes, gbps)) = bandwidth {
+        if let Some((bytes, probe, own)) = bandwidth {
             println!(
-                "plain read: {:.1} GB/s (median of {}); decode reads {:.1} MB of weights per token",
-                gbps.median,
+                "plain read: {:.1} GB/s, of the weights' own memory {:.1} GB/s (medians of {}); \
+                 decode reads {:.1} MB of weights per token",
+                probe.median,
+                own.median,
                 reps.max(3),
                 bytes as f64 / 1e6
             );
             for (name, s) in results.iter().filter(|(n, _)| n.starts_with("tg")) {
                 let read = s.median * bytes as f64 / 1e9;
                 println!(
-                    "{name}: {read:.1} GB/s read, {:.0} % of the plain read",
-                    100.0 * read / gbps.median
+                    "{name}: {read:.1} GB/s read, {:.0} % of the plain read, {:.0} % of the \
+                     weights' plain read",
+                    100.0 * read / probe.median,
+                    100.0 * read / own.median
                 );
             }
         }

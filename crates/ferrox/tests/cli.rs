@@ -146,7 +146,14 @@ fn bench_reports_every_figure_it_measures() {
     keys.sort();
     assert_eq!(
         keys,
-        ["batch2", "decode_bytes", "pp16", "read_gbps", "tg4"],
+        [
+            "batch2",
+            "decode_bytes",
+            "pp16",
+            "read_gbps",
+            "tg4",
+            "weights_read_gbps"
+        ],
         "{v}"
     );
     // The default model's head is its embedding table, so a token reads every tensor.

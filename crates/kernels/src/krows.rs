@@ -143,6 +143,13 @@ impl KRows16 {
         crate::kgemm::prefetch_l2(next.cast(), (o1 - o0) / GROUP * per_group * 64);
     }
 
+    /// The whole buffer this matrix's packs live in, shared with the matrices repacked
+    /// with it: what a decode streams (`read_bandwidth_of` reads it to compare).
+    pub fn buffer(&self) -> &[u8] {
+        // SAFETY: a `Line` is 64 plain bytes.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.buf.len() * 64) }
+    }
+
     /// This matrix's packs.
     fn packs(&self) -> Packs<'_> {
         let lines = &self.buf[self.start..self.start + self.len];

@@ -175,7 +175,7 @@ pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK
 pub use krows::{KRows16, RepackPart};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ8x4, QK};
 pub use matmul::{matmul, matmul_acts, matmul_acts_isa, matmul_isa, QMatrix};
-pub use membw::read_bandwidth;
+pub use membw::{read_bandwidth, read_bandwidth_of};
 pub use pool::ThreadPool;
 pub use rows8::Q8Rows8;
 

@@ -76,6 +76,23 @@ impl std::fmt::Debug for Q8Rows8 {
 }
 
 impl Q8Rows8 {
+    /// The memory a multiply streams: the scales and the chunks.
+    pub fn buffers(&self) -> [&[u8]; 2] {
+        // SAFETY: both are arrays of plain integers, read as bytes.
+        unsafe {
+            [
+                std::slice::from_raw_parts(
+                    self.scales.as_ptr().cast(),
+                    std::mem::size_of_val(&self.scales[..]),
+                ),
+                std::slice::from_raw_parts(
+                    self.chunks.as_ptr().cast(),
+                    std::mem::size_of_val(&self.chunks[..]),
+                ),
+            ]
+        }
+    }
+
     /// Repacks `data` (`rows` Q8_0 rows of `cols` values, as in GGUF), or `None` when the
     /// shape does not fit (rows not a multiple of eight, or a byte count that does not match).
     /// `done(bytes)` is called after each chunk of `data` has been copied, with the byte range
