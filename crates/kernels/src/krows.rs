@@ -20,8 +20,8 @@
 //! value: Q4_K's high nibbles and Q6_K's fourth slice stay where they land (16 and 4 times
 //! their value) and each sum is shifted back exactly once, and Q4_K's mins are stored as
 //! the row pairs the mins' dot takes (one row at `avx512`, Zen 4: Q4_K 0.275 → 0.245 ns per
-//! 32 values, Q6_K 0.44 → 0.41, and 0.774 → 0.678 on the AVX2 body Q6_K takes at one row,
-//! see `Step::ONE_ROW_AVX2`; batches of eight and more level).
+//! 32 values, Q6_K 0.44 → 0.41, and 0.774 → 0.678 on the AVX2 body; batches of eight and
+//! more level).
 //!
 //! At several activation rows a pass over a group takes eight of them on AVX-512 (four on
 //! AVX2, whose sixteen registers hold no more sums), and what each row costs beyond its
@@ -355,9 +355,7 @@ mod simd {
     ) {
         // SAFETY: the `Isa` proves the features of the entry chosen.
         unsafe {
-            if isa.is_avx512() && R == 1 && P::ONE_ROW_AVX2 {
-                body_avx2(p, xs, out)
-            } else if isa.is_avx512() {
+            if isa.is_avx512() {
                 body_avx512(p, xs, out)
             } else if isa.vnni256() {
                 body_vnni(p, xs, out)
@@ -370,17 +368,6 @@ mod simd {
     /// One super-block column of a group, for lanes `lane0..lane0 + L::N`: its integer sums
     /// and the float step into `acc` (one vector per activation row).
     trait Step {
-        /// At one activation row on AVX-512 hosts, take the AVX2 body (256-bit `maddubs`,
-        /// the pack in two halves of eight rows) rather than the 512-bit `vpdpbusd` one.
-        ///
-        /// Why: Q6_K's 512-bit body is the faster from cache (0.41 against 0.68 ns per 32
-        /// values) but the slower from memory, where a decode step reads it: a 140 MB
-        /// matrix streamed at 26–29 GB/s against 33–42 on two threads, 14–15 against 21–22
-        /// on one, and a 4B-shape decode step was 1.10–1.20× faster with it (paired in one
-        /// process, Zen 4). Why the stream suffers was not found (the `vpdpbusd` chains
-        /// split four ways, or the same body at 256 bits, were no better). Q4_K's two
-        /// bodies stream alike (1.00–1.02× on two threads), so it keeps the 512-bit one.
-        const ONE_ROW_AVX2: bool;
         /// # Safety
         /// The features of `L`; `lane0 + L::N <= GROUP`; every row of `xs` covers `j`.
         unsafe fn step<L: Lanes, const R: usize>(
@@ -393,7 +380,6 @@ mod simd {
     }
 
     impl Step for Pack4 {
-        const ONE_ROW_AVX2: bool = false;
         #[inline(always)]
         unsafe fn step<L: Lanes, const R: usize>(
             &self,
@@ -492,7 +478,6 @@ mod simd {
     /// Q6_K. The stored quants are `u = q + 32`; the offset comes back out through the
     /// activations' block sums: `Σ_g sc_g Σ q x = Σ_g sc_g Σ u x − 32 Σ_g sc_g·bsum_g`.
     impl Step for Pack6 {
-        const ONE_ROW_AVX2: bool = true;
         #[inline(always)]
         unsafe fn step<L: Lanes, const R: usize>(
             &self,
