@@ -568,7 +568,8 @@ impl Model {
 
     /// `out_i = W_i · x` for matrices that read the same input (Q/K/V, gate/up): where their
     /// types take the same activation format, `x` is quantized once for all of them (the
-    /// same bits `matmul` would quantize each time); else each quantizes its own.
+    /// same bits `matmul` would quantize each time) and, where all are repacked, they run in
+    /// one parallel loop (`Matrix::matmul_acts_shared`); else each quantizes its own.
     fn matmul_shared<const K: usize>(
         &self,
         acts: &mut Activations,
@@ -584,9 +585,8 @@ impl Model {
             return;
         }
         acts.quantize(&self.pool, jobs[0].0.ty, x, n, jobs[0].0.cols);
-        for (w, out) in jobs {
-            w.matmul_acts(&self.pool, &self.file, acts, out);
-        }
+        let mut jobs = jobs;
+        Matrix::matmul_acts_shared(&self.pool, &self.file, acts, &mut jobs);
     }
 
     /// Token embeddings into `x`, one row of n_embd per token (scaled by sqrt(n_embd) for

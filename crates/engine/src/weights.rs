@@ -76,6 +76,33 @@ impl Matrix {
         }
     }
 
+    /// [`Matrix::matmul_acts`] for several matrices that read the same activations: in one
+    /// parallel loop where all are repacked (`KRows16::matmul_acts_many`), else one call each.
+    /// The same bits either way.
+    pub fn matmul_acts_shared(
+        pool: &ThreadPool,
+        file: &GgufFile,
+        acts: &Activations,
+        jobs: &mut [(&Matrix, &mut [f32])],
+    ) {
+        let packed: Option<Vec<&KRows16>> = jobs.iter().map(|(m, _)| m.packed.as_deref()).collect();
+        match packed {
+            Some(ks) if ks.len() > 1 => {
+                let mut parts: Vec<(&KRows16, &mut [f32])> = ks
+                    .into_iter()
+                    .zip(jobs.iter_mut())
+                    .map(|(k, (_, out))| (k, &mut **out))
+                    .collect();
+                KRows16::matmul_acts_many(pool, acts, &mut parts);
+            }
+            _ => {
+                for (m, out) in jobs.iter_mut() {
+                    m.matmul_acts(pool, file, acts, out);
+                }
+            }
+        }
+    }
+
     /// Whether this matrix is one `KRows16` should hold (Q4_K or Q6_K, not repacked yet) on
     /// this CPU: on the AVX-512 and plain AVX2 spellings, where it was measured to pay, and
     /// on AVX-VNNI too when `any_avx2`. On plain AVX2 (Zen 4's `avx2` spelling, 4B shape)

@@ -210,19 +210,45 @@ impl KRows16 {
         acts: &crate::Activations,
         out: &mut [f32],
     ) {
+        KRows16::matmul_acts_many_isa(isa, pool, acts, &mut [(self, out)])
+    }
+
+    /// [`KRows16::matmul_acts`] for several matrices that read the same activations (Q/K/V,
+    /// gate/up), in one parallel loop (`tiling::run_kernels`): the same bits as one call
+    /// each, with one fork-join instead of one a matrix, and, for matrices repacked together
+    /// in this order, one stream of packs per thread.
+    pub fn matmul_acts_many(
+        pool: &ThreadPool,
+        acts: &crate::Activations,
+        parts: &mut [(&KRows16, &mut [f32])],
+    ) {
+        KRows16::matmul_acts_many_isa(Isa::best(), pool, acts, parts)
+    }
+
+    /// [`KRows16::matmul_acts_many`] on a chosen instruction set (AVX2 or better).
+    pub fn matmul_acts_many_isa(
+        isa: Isa,
+        pool: &ThreadPool,
+        acts: &crate::Activations,
+        parts: &mut [(&KRows16, &mut [f32])],
+    ) {
         assert!(isa.is_avx2(), "KRows16 runs on AVX2 or better, not {isa:?}");
-        assert_eq!(acts.cols(), self.cols, "activations of another width");
         let n = acts.n_rows();
-        assert_eq!(
-            out.len(),
-            n * self.rows,
-            "out must hold n rows of rows values"
-        );
+        for (m, out) in parts.iter() {
+            assert_eq!(acts.cols(), m.cols, "activations of another width");
+            assert_eq!(out.len(), n * m.rows, "out must hold n rows of rows values");
+        }
         #[cfg(target_arch = "x86_64")]
         {
             let (units, upr) = acts.view::<BlockQ8K>();
-            let kernel = simd::Kernel { m: self, isa };
-            crate::tiling::run_kernel(pool, &kernel, units, upr, n, out);
+            let kernels: Vec<simd::Kernel> =
+                parts.iter().map(|(m, _)| simd::Kernel { m, isa }).collect();
+            let mut jobs: Vec<(&simd::Kernel, &mut [f32])> = kernels
+                .iter()
+                .zip(parts.iter_mut())
+                .map(|(k, (_, out))| (k, &mut **out))
+                .collect();
+            crate::tiling::run_kernels(pool, &mut jobs, units, upr, n);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = pool;

@@ -3,7 +3,8 @@
 //! thread pool by [`run_kernel`], in sub-tiles of about [`SUBTILE_BYTES`] (or what the
 //! kernel asks for, [`RowKernel::subtile_bytes`]) handed out as one
 //! contiguous range per thread ([`Ranges`]), each task writing its results through the
-//! shared [`Job`]. Tiling decides only which thread computes an output, never how, which is
+//! shared [`Job`]; [`run_kernels`] runs several matrices that read the same activations in
+//! one such loop. Tiling decides only which thread computes an output, never how, which is
 //! the third leg of batch invariance (`matmul.rs`). Below every layout (`matmul.rs`'s
 //! row-major blocks, `gemm8.rs`, `rows8.rs`), so none of them imports another to run.
 
@@ -49,36 +50,64 @@ pub(crate) fn run_kernel<K: RowKernel>(
     n: usize,
     out: &mut [f32],
 ) {
-    let rows = kernel.rows();
-    assert_eq!(out.len(), n * rows, "out must hold n rows of w.rows values");
-    if n == 0 || rows == 0 {
-        out.fill(0.0);
+    run_kernels(pool, &mut [(kernel, out)], acts, upr, n);
+}
+
+/// [`run_kernel`] for several matrices that multiply the same activations (Q/K/V, gate/up),
+/// in ONE parallel loop: their sub-tiles, matrix after matrix, are one sequence split into
+/// one contiguous range per thread.
+///
+/// Why: a loop per matrix is a fork-join per matrix, each a wait for the slower thread, and
+/// a fresh stream for the prefetchers at every start. Matrices repacked into one buffer in
+/// this order (`KRows16::repack_all`) are then one stream per thread.
+pub(crate) fn run_kernels<K: RowKernel>(
+    pool: &ThreadPool,
+    parts: &mut [(&K, &mut [f32])],
+    acts: &[K::Act],
+    upr: usize,
+    n: usize,
+) {
+    let mut jobs = Vec::with_capacity(parts.len());
+    // Per matrix: its kernel, its rows per sub-tile, and its first sub-tile's global index.
+    let mut tiles = Vec::with_capacity(parts.len());
+    let mut n_sub = 0;
+    for (kernel, out) in parts.iter_mut() {
+        let rows = kernel.rows();
+        assert_eq!(out.len(), n * rows, "out must hold n rows of w.rows values");
+        if n == 0 || rows == 0 {
+            out.fill(0.0);
+            continue;
+        }
+        assert!(acts.len() >= n * upr, "activation buffer too short");
+        let align = kernel.row_align();
+        let sub_rows =
+            (kernel.subtile_bytes(n) / kernel.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
+        let sub_rows = sub_rows.div_ceil(align) * align;
+        assert!(
+            sub_rows <= MAX_SUBTILE_ROWS,
+            "row alignment above the sub-tile size"
+        );
+        jobs.push(Job {
+            acts,
+            upr,
+            n,
+            rows,
+            out: out.as_mut_ptr(),
+        });
+        tiles.push((*kernel, sub_rows, n_sub));
+        n_sub += rows.div_ceil(sub_rows);
+    }
+    if n_sub == 0 {
         return;
     }
-    assert!(acts.len() >= n * upr, "activation buffer too short");
-    let align = kernel.row_align();
-    let sub_rows = (kernel.subtile_bytes(n) / kernel.row_bytes().max(1)).clamp(1, MAX_SUBTILE_ROWS);
-    let sub_rows = sub_rows.div_ceil(align) * align;
-    assert!(
-        sub_rows <= MAX_SUBTILE_ROWS,
-        "row alignment above the sub-tile size"
-    );
-    let n_sub = rows.div_ceil(sub_rows);
     let ranges = Ranges::new(n_sub, pool.n_threads());
-    let job = Job {
-        acts,
-        upr,
-        n,
-        rows,
-        out: out.as_mut_ptr(),
-    };
-    let job = &job;
-    let ranges = &ranges;
-
+    let (jobs, tiles, ranges) = (&jobs, &tiles, &ranges);
     pool.for_each(ranges.len(), &|home| {
         while let Some(sub) = ranges.claim(home) {
-            let s0 = sub * sub_rows;
-            kernel.subtile(job, s0, (s0 + sub_rows).min(rows));
+            let i = tiles.partition_point(|t| t.2 <= sub) - 1;
+            let (kernel, sub_rows, first) = tiles[i];
+            let s0 = (sub - first) * sub_rows;
+            kernel.subtile(&jobs[i], s0, (s0 + sub_rows).min(jobs[i].rows));
         }
     });
 }
@@ -182,7 +211,7 @@ impl<A> Job<'_, A> {
     #[inline(always)]
     pub(crate) unsafe fn put(&self, r: usize, o: usize, v: f32) {
         assert!(r < self.n && o < self.rows, "({r}, {o}) outside out");
-        // SAFETY: inside `out` (n * rows, checked in `run_kernel`); the caller owns row `o`.
+        // SAFETY: inside `out` (n * rows, checked in `run_kernels`); the caller owns row `o`.
         unsafe { *self.out.add(r * self.rows + o) = v };
     }
 
@@ -198,7 +227,7 @@ impl<A> Job<'_, A> {
             "({r}, {o}..{}) outside out",
             o + vs.len()
         );
-        // SAFETY: inside `out` (n * rows, checked in `run_kernel`); the caller owns the rows.
+        // SAFETY: inside `out` (n * rows, checked in `run_kernels`); the caller owns the rows.
         unsafe {
             std::ptr::copy_nonoverlapping(vs.as_ptr(), self.out.add(r * self.rows + o), vs.len())
         };

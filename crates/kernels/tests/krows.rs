@@ -3,7 +3,7 @@
 //! batch size and thread count.
 
 use ferrox_kernels::{
-    matmul_isa, quantize_row, GgmlType, Isa, KRows16, QMatrix, RepackPart, ThreadPool,
+    matmul_isa, quantize_row, Activations, GgmlType, Isa, KRows16, QMatrix, RepackPart, ThreadPool,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -148,6 +148,80 @@ fn matrices_repacked_together_each_keep_their_bits() {
                 same,
                 "part {i} ({ty:?} {rows}x{cols}) n={n}: not matmul's bits"
             );
+        }
+    }
+}
+
+#[test]
+fn matrices_multiplied_in_one_loop_keep_their_bits() {
+    let isas: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|i| i.is_avx2())
+        .collect();
+    if !Isa::best().is_avx2() {
+        return;
+    }
+    // Q/K/V-like: both types, rows not a multiple of one another, one width. Each matrix's
+    // outputs from the shared loop must be the bits of its own call, whichever thread took
+    // which of the sub-tiles, where one matrix's last sub-tile and the next one's first meet.
+    let mut rng = StdRng::seed_from_u64(19);
+    let cols = 512;
+    let shapes = [
+        (GgmlType::Q4_K, 80),
+        (GgmlType::Q6_K, 16),
+        (GgmlType::Q4_K, 48),
+    ];
+    let datas: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, rows)| matrix(&mut rng, ty, rows, cols))
+        .collect();
+    let parts: Vec<RepackPart> = shapes
+        .iter()
+        .zip(&datas)
+        .map(|(&(ty, rows), data)| RepackPart {
+            ty,
+            data,
+            rows,
+            cols,
+        })
+        .collect();
+    let ms: Vec<KRows16> = KRows16::repack_all(&parts, |_, _| {})
+        .into_iter()
+        .map(|m| m.expect("Q4_K and Q6_K repack"))
+        .collect();
+    for n in [1, 3, 17, 40] {
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let pool1 = ThreadPool::new(1);
+        let mut acts = Activations::new();
+        acts.quantize(&pool1, GgmlType::Q4_K, &x, n, cols);
+        for &isa in &isas {
+            let want: Vec<Vec<f32>> = ms
+                .iter()
+                .map(|m| {
+                    let mut out = vec![0.0; n * m.rows()];
+                    m.matmul_acts_isa(isa, &pool1, &acts, &mut out);
+                    out
+                })
+                .collect();
+            for threads in [1, 2, 3] {
+                let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0; n * m.rows()]).collect();
+                let mut jobs: Vec<(&KRows16, &mut [f32])> = ms
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .map(|(m, o)| (m, &mut o[..]))
+                    .collect();
+                KRows16::matmul_acts_many_isa(isa, &ThreadPool::new(threads), &acts, &mut jobs);
+                for (i, (got, want)) in outs.iter().zip(&want).enumerate() {
+                    let same = got
+                        .iter()
+                        .zip(want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "matrix {i} n={n} {isa:?} t={threads}: not its own call's bits"
+                    );
+                }
+            }
         }
     }
 }
