@@ -13,7 +13,7 @@
 # The tg row is also given as read bandwidth: the weights a decode token reads (`ferrox bench
 # --bandwidth`'s decode_bytes, the same file for every engine) times tokens per second, and
 # that as a share of the plain read bandwidth `ferrox bench` measures in each round; ferrox's
-# also as a share of a plain read of its own weights' memory in the same process.
+# also as a share of plain reads of its own weights' memory taken beside each run.
 #
 # IK_LLAMA_DIR=DIR adds ik_llama.cpp's llama-bench (DIR/build/bin/llama-bench; built by hand,
 # see docs/PERFORMANCE.md) to every round, as a third column (with ISA=avx2, an AVX2 build).
@@ -68,14 +68,12 @@ for r in range(1, rounds + 1):
             decode_bytes = s
         elif k == "read_gbps":
             read_gbps.append(s["median"])
+        elif k == "tg_weights_read_pct":
+            # ferrox's decode against plain reads of its own weights taken right before and
+            # after each run: the same memory at the same time.
+            own_share.setdefault("tg", []).append(s["median"])
         elif k != "weights_read_gbps":
             add(k, "ferrox", s["median"])
-    # ferrox's decode against a plain read of its own weights, in the same process: the same
-    # memory, wherever it landed (the probe buffer may land on faster or slower memory).
-    for k, s in fx.items():
-        if k.startswith("tg") and "weights_read_gbps" in fx:
-            read = s["median"] * fx["decode_bytes"] / 1e9
-            own_share.setdefault(k, []).append(100 * read / fx["weights_read_gbps"]["median"])
     try:
         for t in json.load(open(f"{out}/ik-bench.{r}.json")):
             k = f"pp{t['n_prompt']}" if t["n_gen"] == 0 else f"tg{t['n_gen']}"
@@ -113,7 +111,7 @@ if decode_bytes and read_gbps:
                 gbs = med(ts) * decode_bytes / 1e9
                 print(f"{k} {who}: {gbs:.1f} GB/s, {100 * gbs / bw:.0f} % of the plain read")
     for k, v in own_share.items():
-        print(f"{k} ferrox against a plain read of its own weights in the same process: "
+        print(f"{k} ferrox against plain reads of its own weights beside each run: "
               f"{med(v):.0f} % (rounds: {', '.join(f'{p:.0f}' for p in v)})")
 print(f"\n({rounds} interleaved rounds; raw results in {out})")
 PY

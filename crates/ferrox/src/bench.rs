@@ -16,8 +16,10 @@
 //! decode reads: the weights a token reads ([`decode_bytes`]) times `tg` tokens per second.
 //! On a real-size model that share, not the tokens per second alone, says how much faster a
 //! decode kernel could still get on this machine. It also reads the weights' own memory the
-//! same way (`ferrox_kernels::read_bandwidth_of`), since where memory is not uniform a fresh
-//! probe buffer can land on faster or slower memory than the weights did.
+//! same way (`ferrox_kernels::read_bandwidth_of`) right before and after each decode run and
+//! reports the run's share of those reads (`tg_weights_read_pct`): a fresh probe buffer can
+//! land on other memory than the weights did, and this host's memory changes speed over
+//! seconds, so only reads of the same memory at the same time compare like with like.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -210,9 +212,27 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             .collect();
         results.push((format!("pp{}{at}", args.prompt), stat(v)));
     }
+    let experts = m.config().moe.as_ref().map(|e| (e.n_used, e.n_expert));
+    let bytes = decode_bytes(m.file(), experts);
+    // With `--bandwidth`, the weights' own memory is read plainly right before and right
+    // after each decode run, and the run is judged against the mean of the two: this host's
+    // memory was seen to change speed within one process (a run reading 135 % of a plain read
+    // taken seconds later), so only reads beside the run in time compare like with like.
+    let weights = args.bandwidth.then(|| m.decode_memory());
+    let own_read = |w: &[&[u8]]| ferrox_kernels::read_bandwidth_of(m.pool(), w, 3);
+    let (mut own, mut shares) = (Vec::new(), Vec::new());
     if args.n_gen > 0 {
         let v = (0..reps)
-            .map(|_| args.n_gen as f64 / run_once(&setup, 1, 1, args.n_gen).1)
+            .map(|_| {
+                let before = weights.as_deref().map(own_read);
+                let tps = args.n_gen as f64 / run_once(&setup, 1, 1, args.n_gen).1;
+                if let (Some(before), Some(w)) = (before, weights.as_deref()) {
+                    let after = own_read(w);
+                    own.extend([before, after]);
+                    shares.push(100.0 * tps * bytes as f64 / 1e9 / ((before + after) / 2.0));
+                }
+                tps
+            })
             .collect();
         results.push((format!("tg{}{at}", args.n_gen), stat(v)));
         for &b in &args.batch {
@@ -224,32 +244,30 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             results.push((format!("batch{b}{at}"), stat(v)));
         }
     }
-    // (bytes per decode token, plain read GB/s, plain read of the weights' own memory GB/s),
-    // measured after the tests so the probe's 512 MB is not resident while they run.
+    // (plain read GB/s of a fresh probe buffer, measured after the tests so that its 512 MB
+    // is not resident while they run; the weights' own reads; the decode's shares of them).
     let bandwidth = args.bandwidth.then(|| {
-        let experts = m.config().moe.as_ref().map(|e| (e.n_used, e.n_expert));
-        let weights = m.decode_memory();
-        let (probe, own): (Vec<f64>, Vec<f64>) = (0..reps.max(3))
-            .map(|_| {
-                (
-                    ferrox_kernels::read_bandwidth(m.pool(), 512 << 20, 5),
-                    ferrox_kernels::read_bandwidth_of(m.pool(), &weights, 3),
-                )
-            })
-            .unzip();
-        (decode_bytes(m.file(), experts), stat(probe), stat(own))
+        let probe = (0..reps.max(3))
+            .map(|_| ferrox_kernels::read_bandwidth(m.pool(), 512 << 20, 5))
+            .collect();
+        let own = (!own.is_empty()).then(|| (stat(own), stat(shares)));
+        (stat(probe), own)
     });
     if args.json {
         let mut obj: serde_json::Map<String, serde_json::Value> = results
             .into_iter()
             .map(|(k, s)| (k, serde_json::to_value(s).expect("stat serializes")))
             .collect();
-        if let Some((bytes, probe, own)) = bandwidth {
+        if let Some((probe, own)) = bandwidth {
             obj.insert("decode_bytes".into(), bytes.into());
             let probe = serde_json::to_value(probe).expect("stat serializes");
             obj.insert("read_gbps".into(), probe);
-            let own = serde_json::to_value(own).expect("stat serializes");
-            obj.insert("weights_read_gbps".into(), own);
+            if let Some((own, shares)) = own {
+                let own = serde_json::to_value(own).expect("stat serializes");
+                obj.insert("weights_read_gbps".into(), own);
+                let shares = serde_json::to_value(shares).expect("stat serializes");
+                obj.insert("tg_weights_read_pct".into(), shares);
+            }
         }
         println!("{}", serde_json::Value::Object(obj));
     } else {
@@ -271,23 +289,26 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
                 s.min, s.median, s.max
             );
         }
-        if let Some((bytes, probe, own)) = bandwidth {
+        if let Some((probe, own)) = bandwidth {
             println!(
-                "plain read: {:.1} GB/s, of the weights' own memory {:.1} GB/s (medians of {}); \
-                 decode reads {:.1} MB of weights per token",
+                "plain read: {:.1} GB/s (median of {}); decode reads {:.1} MB of weights per token",
                 probe.median,
-                own.median,
                 reps.max(3),
                 bytes as f64 / 1e6
             );
             for (name, s) in results.iter().filter(|(n, _)| n.starts_with("tg")) {
                 let read = s.median * bytes as f64 / 1e9;
                 println!(
-                    "{name}: {read:.1} GB/s read, {:.0} % of the plain read, {:.0} % of the \
-                     weights' plain read",
-                    100.0 * read / probe.median,
-                    100.0 * read / own.median
+                    "{name}: {read:.1} GB/s read, {:.0} % of the plain read",
+                    100.0 * read / probe.median
                 );
+                if let Some((own, shares)) = &own {
+                    println!(
+                        "{name}: {:.0} % of a plain read of its weights beside each run \
+                         (median of {reps}, {:.0}-{:.0} %; those reads {:.1}-{:.1} GB/s)",
+                        shares.median, shares.min, shares.max, own.min, own.max
+                    );
+                }
             }
         }
     }

@@ -152,6 +152,7 @@ fn bench_reports_every_figure_it_measures() {
             "pp16",
             "read_gbps",
             "tg4",
+            "tg_weights_read_pct",
             "weights_read_gbps"
         ],
         "{v}"
