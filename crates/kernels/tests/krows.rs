@@ -22,12 +22,17 @@ fn matrix(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     bytes
 }
 
-#[test]
-fn repacked_k_matmul_has_the_bits_of_matmul() {
-    let isas: Vec<Isa> = Isa::available()
+/// The spellings `KRows16` runs on that this CPU has (AVX2 and better).
+fn avx2_isas() -> Vec<Isa> {
+    Isa::available()
         .into_iter()
         .filter(|i| i.is_avx2())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn repacked_k_matmul_has_the_bits_of_matmul() {
+    let isas = avx2_isas();
     if isas.is_empty() {
         eprintln!("no AVX2: KRows16 is not used on this CPU");
         return;
@@ -154,10 +159,7 @@ fn matrices_repacked_together_each_keep_their_bits() {
 
 #[test]
 fn matrices_multiplied_in_one_loop_keep_their_bits() {
-    let isas: Vec<Isa> = Isa::available()
-        .into_iter()
-        .filter(|i| i.is_avx2())
-        .collect();
+    let isas = avx2_isas();
     if !Isa::best().is_avx2() {
         return;
     }
