@@ -85,20 +85,15 @@ impl Matrix {
         acts: &Activations,
         jobs: &mut [(&Matrix, &mut [f32])],
     ) {
-        let packed: Option<Vec<&KRows16>> = jobs.iter().map(|(m, _)| m.packed.as_deref()).collect();
-        match packed {
-            Some(ks) if ks.len() > 1 => {
-                let mut parts: Vec<(&KRows16, &mut [f32])> = ks
-                    .into_iter()
-                    .zip(jobs.iter_mut())
-                    .map(|(k, (_, out))| (k, &mut **out))
-                    .collect();
-                KRows16::matmul_acts_many(pool, acts, &mut parts);
-            }
-            _ => {
-                for (m, out) in jobs.iter_mut() {
-                    m.matmul_acts(pool, file, acts, out);
-                }
+        if jobs.len() > 1 && jobs.iter().all(|(m, _)| m.packed.is_some()) {
+            let mut parts: Vec<(&KRows16, &mut [f32])> = jobs
+                .iter_mut()
+                .filter_map(|(m, out)| Some((m.packed.as_deref()?, &mut **out)))
+                .collect();
+            KRows16::matmul_acts_many(pool, acts, &mut parts);
+        } else {
+            for (m, out) in jobs.iter_mut() {
+                m.matmul_acts(pool, file, acts, out);
             }
         }
     }
