@@ -50,6 +50,8 @@
 //! sub-tile's packs into L2 instead, while it multiplies this one.
 
 mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod one_row;
 mod repack;
 
 use repack::Line;
@@ -257,6 +259,7 @@ impl KRows16 {
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
+    use super::one_row::OneRow;
     use super::{KRows16, Pack4, Pack6, Packs, GROUP};
     use crate::block::Isa;
     use crate::dot4::{Pairs, Vnni};
@@ -393,8 +396,9 @@ mod simd {
     }
 
     /// One super-block column of a group, for lanes `lane0..lane0 + L::N`: its integer sums
-    /// and the float step into `acc` (one vector per activation row).
-    trait Step {
+    /// and the float step into `acc` (one vector per activation row). At one row on AVX-512
+    /// the pack's [`OneRow`] body runs instead.
+    trait Step: OneRow {
         /// # Safety
         /// The features of `L`; `lane0 + L::N <= GROUP`; every row of `xs` covers `j`.
         unsafe fn step<L: Lanes, const R: usize>(
@@ -667,8 +671,16 @@ mod simd {
         xs: &[&[BlockQ8K]; R],
         out: &mut [[f32; GROUP]; R],
     ) {
+        // One activation row (decode) takes its own body, whose schedule streams from memory
+        // faster (`one_row`); the same bits.
         // SAFETY: as the caller promised.
-        unsafe { body::<Z512, P, R>(p, xs, out) }
+        unsafe {
+            if R == 1 {
+                super::one_row::body(p, xs[0], &mut out[0])
+            } else {
+                body::<Z512, P, R>(p, xs, out)
+            }
+        }
     }
 
     /// # Safety
