@@ -47,7 +47,9 @@
 //! activation row (8 KB ahead, a line at a time, as this kernel had) made Zen 4 read Q6_K a
 //! quarter slower and left Q4_K level, and touching the next pack's lines early halved the
 //! stream (thirteenth session), so decode issues none. A prefill-sized call hints the next
-//! sub-tile's packs into L2 instead, while it multiplies this one.
+//! sub-tile's packs into L2 instead, while it multiplies this one. At one row on AVX-512
+//! each pack's integer work is `one_row`'s inline assembly, in program order: LLVM's schedule
+//! of the same intrinsics streamed from memory a seventh slower (fifteenth session).
 
 mod gemm;
 #[cfg(target_arch = "x86_64")]
