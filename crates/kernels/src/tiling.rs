@@ -126,10 +126,12 @@ pub(crate) fn run_kernels<K: RowKernel>(
 ///
 /// An owner claims a quarter of what is left of its range at a time (at least one sub-tile),
 /// a thief one sub-tile: each claim is an atomic read-modify-write, a full barrier on x86
-/// that waits for the thread's loads in flight, and at decode a sub-tile is one group of
-/// ~24–40 KB, so a claim per sub-tile broke each thread's stream every microsecond or so.
-/// Shrinking claims keep the ends balanced (4B decode 1.015× in one process, twelve pairs,
-/// `avx512`, Zen 4).
+/// that waits for the thread's loads in flight, and at decode a sub-tile is ~32 KB rounded
+/// up to whole groups (47 KB on a 2,560-wide Q4_K matrix), so a claim per sub-tile broke
+/// each thread's stream every one or two microseconds. Shrinking claims keep the ends
+/// balanced (4B decode 1.015× in one process, twelve pairs, `avx512`, Zen 4; prefill level).
+/// The price: a claimed run cannot be stolen, so a preempted owner holds up at most a
+/// quarter of what was left of its range, where it held one sub-tile.
 struct Ranges {
     /// Per range, `front << 32 | back`: the sub-tiles `front..back` are still unclaimed.
     /// Padded to a cache line so that owners never contend.

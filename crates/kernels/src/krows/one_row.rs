@@ -13,7 +13,7 @@
 //!
 //! The numbers are the generic body's: the same integer sums (exact in any order) and
 //! [`k_accumulate_lanes`]'s float step, so every row's bits are unchanged (`tests/krows.rs`
-//! compares this body with the generic one and with `matmul`).
+//! compares one row on every spelling, this body on AVX-512, with scalar `matmul`).
 
 use super::{Pack4, Pack6, GROUP};
 use crate::kquants::BlockQ8K;
@@ -28,13 +28,13 @@ pub(super) trait OneRow: Sized {
     /// Q6_K's offset term).
     ///
     /// # Safety
-    /// AVX-512 F/BW/VNNI must be available.
+    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
     unsafe fn sums(&self, x: &BlockQ8K) -> (__m512i, __m512i);
 
     /// `d`, and `dmin` where the type has mins.
     ///
     /// # Safety
-    /// AVX-512 F and F16C must be available.
+    /// AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI must be available.
     unsafe fn scales(&self) -> (__m512, Option<__m512>);
 }
 
