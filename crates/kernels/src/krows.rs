@@ -616,11 +616,12 @@ mod simd {
                     }
                     // Each chunk's loads stay beside their use. Without this fence LLVM
                     // hoisted the next chunks' loads above this one's work and spilled two
-                    // of them to the stack; from L2 that ran as fast (0.40 ns per 32 values
-                    // at one row), but from memory one thread streamed a 140 MB matrix at
-                    // 16 GB/s, against 25 with it (`avx512`, Zen 4; 4B decode +9 % in five
-                    // of six pairs of processes). Measured, not derived: it orders memory
-                    // accesses in the compiler only, and costs no instruction.
+                    // of them to the stack: as fast from L2, but one thread streamed a 140 MB
+                    // matrix at 16 against 25 GB/s (`avx512`, Zen 4, fourteenth session;
+                    // one row on AVX-512 now runs `one_row` instead). At one row on `avx2` it
+                    // still pays: 23.9–24.9 against 22.3–23.0 GB/s (fifteenth session).
+                    // Measured, not derived: it orders memory accesses in the compiler only,
+                    // and costs no instruction.
                     compiler_fence(Ordering::SeqCst);
                 }
                 for (i, s) in s.iter().enumerate() {
