@@ -45,7 +45,13 @@ build_llama_cpp() {
             "llama-cpp-python==$VERSION" -d "$LCPP/dl"
         tar -xzf "$LCPP"/dl/llama_cpp_python-"$VERSION".tar.gz -C "$LCPP"
     fi
-    local isa=(-DGGML_NATIVE=ON)
+    # Native, but without AMX: the vendored llama.cpp's AMX matmul dies on an illegal
+    # instruction on its worker threads (its first `tilezero`, seen on a Xeon with AMX-INT8,
+    # 2026-12-05; upstream has an open fix for its tile set-up), so on such hosts a native build
+    # cannot run at all. Users there build without AMX; so does this. On CPUs without AMX
+    # these flags change nothing.
+    local noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    local isa=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx")
     if [ "$LCPP_BUILD" = "$LCPP/build-avx2" ]; then
         isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
             -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF

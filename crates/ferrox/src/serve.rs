@@ -476,7 +476,7 @@ async fn serve_async(args: ServeArgs, models: ModelsConfig) -> Result<(), String
     };
     tracing::info!("serving {clients}, {}; {keys}", config.hosts.describe());
     tracing::info!(
-        "kernels: {} (FERROX_ISA=scalar|avx2|avxvnni|avx512 forces one)",
+        "kernels: {} (FERROX_ISA=scalar|avx2|avxvnni|avx512|amx forces one)",
         ferrox_kernels::Isa::best().name()
     );
     if !loopback && config.api_keys.is_empty() {

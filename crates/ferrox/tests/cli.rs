@@ -364,7 +364,7 @@ fn ferrox_isa_is_honoured_or_refused() {
     assert!(err.contains("FERROX_ISA=neon"), "{err}");
 }
 
-/// Every SIMD spelling this CPU has (`avx2`, `avxvnni`, `avx512`) gives the same model output
+/// Every SIMD spelling this CPU has (`avx2`, `avxvnni`, `avx512`, `amx`) gives the same model output
 /// to the bit: greedy ids and the top log-probabilities, printed at full precision, through
 /// the lane-major prefill kernels (a prompt of more than sixteen tokens) and the row-major
 /// decode. (The scalar kernels agree with them within float reassociation only, in attention
@@ -388,7 +388,7 @@ fn every_simd_spelling_gives_the_same_output() {
         (out.status.success() || !err.contains("this CPU lacks"))
             .then(|| (String::from_utf8_lossy(&out.stdout).to_string(), err))
     };
-    let outputs: Vec<(&str, String)> = ["avx2", "avxvnni", "avx512"]
+    let outputs: Vec<(&str, String)> = ["avx2", "avxvnni", "avx512", "amx"]
         .into_iter()
         .filter_map(|isa| {
             run(isa).map(|(out, err)| {

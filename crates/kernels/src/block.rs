@@ -66,10 +66,12 @@ pub fn f32_to_f16(v: f32) -> [u8; 2] {
 
 /// Which instruction set a kernel call may use, and how it spells the int8 step.
 ///
-/// Four spellings, each a superset of the one before: `scalar` (portable), `avx2` (AVX2 +
+/// Five spellings, each a superset of the one before: `scalar` (portable), `avx2` (AVX2 +
 /// FMA + F16C; `maddubs` + `madd` for four u8 × i8 products), `avxvnni` (the same with one
 /// 256-bit `vpdpbusd`), `avx512` (AVX-512 F/BW/VL/VNNI: 512-bit kernels where they exist,
-/// 16 weight rows per vector). Holding an `Isa` of a kind is proof that the CPU has its
+/// 16 weight rows per vector), `amx` (`avx512` plus AMX-INT8's tile multiply for the
+/// repacked Q4_K matrices from sixteen activation rows on, where the OS grants the tile
+/// state). Holding an `Isa` of a kind is proof that the CPU has its
 /// features, so the dispatchers need no further check. Every spelling gives the same bits for
 /// the quantized types (integer steps are exact; the float steps are the same operations in
 /// the same order), which the kernel tests check on every spelling the machine has
@@ -83,13 +85,15 @@ enum IsaKind {
     Avx2,
     AvxVnni,
     Avx512,
+    Amx,
 }
 
-const KINDS: [IsaKind; 4] = [
+const KINDS: [IsaKind; 5] = [
     IsaKind::Scalar,
     IsaKind::Avx2,
     IsaKind::AvxVnni,
     IsaKind::Avx512,
+    IsaKind::Amx,
 ];
 
 /// Bit `k` set: the CPU has kind `KINDS[k]` (probed once; bit 7 = probed).
@@ -109,6 +113,9 @@ fn detected() -> u8 {
             }
             if cpu_has_avx512() {
                 v |= 8;
+                if amx_granted() {
+                    v |= 16;
+                }
             }
         }
         DETECTED.store(v, Ordering::Relaxed);
@@ -142,6 +149,12 @@ impl Isa {
         have(IsaKind::Avx512)
     }
 
+    /// `avx512` plus AMX-INT8 tiles, if this CPU has them and the OS lets this process use
+    /// them.
+    pub fn amx() -> Option<Isa> {
+        have(IsaKind::Amx)
+    }
+
     /// Every spelling this CPU runs, scalar first (tests compare them all).
     pub fn available() -> Vec<Isa> {
         KINDS.iter().filter_map(|&k| have(k)).collect()
@@ -167,7 +180,7 @@ impl Isa {
         }
     }
 
-    /// What `FERROX_ISA` asks for (`scalar`, `avx2`, `avxvnni`, `avx512`; unset or empty:
+    /// What `FERROX_ISA` asks for (`scalar`, `avx2`, `avxvnni`, `avx512`, `amx`; unset or empty:
     /// the fastest this CPU runs), or why it cannot be had: an instruction set this CPU lacks,
     /// or a name this build has no kernels for. Commands check it at start-up and refuse to
     /// run on an error.
@@ -178,8 +191,8 @@ impl Isa {
         };
         let Some(&kind) = KINDS.iter().find(|k| Isa(**k).name() == want) else {
             return Err(format!(
-                "FERROX_ISA={want}: this build has kernels for `scalar`, `avx2`, `avxvnni` and \
-                 `avx512` only"
+                "FERROX_ISA={want}: this build has kernels for `scalar`, `avx2`, `avxvnni`, \
+                 `avx512` and `amx` only"
             ));
         };
         have(kind).ok_or_else(|| {
@@ -188,6 +201,9 @@ impl Isa {
                 IsaKind::Avx2 => "AVX2, FMA and F16C",
                 IsaKind::AvxVnni => "AVX2, FMA, F16C and AVX-VNNI",
                 IsaKind::Avx512 => "AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI",
+                IsaKind::Amx => {
+                    "AVX-512 F, BW, VL and VNNI and AMX-INT8 (or the OS did not grant its tiles)"
+                }
             };
             format!("FERROX_ISA={want}: this CPU lacks {needs}")
         })
@@ -200,6 +216,7 @@ impl Isa {
             IsaKind::Avx2 => "avx2",
             IsaKind::AvxVnni => "avxvnni",
             IsaKind::Avx512 => "avx512",
+            IsaKind::Amx => "amx",
         }
     }
 
@@ -213,14 +230,19 @@ impl Isa {
     pub fn vnni256(self) -> bool {
         match self.0 {
             IsaKind::AvxVnni => true,
-            IsaKind::Avx512 => detected() & 4 != 0,
+            IsaKind::Avx512 | IsaKind::Amx => detected() & 4 != 0,
             _ => false,
         }
     }
 
-    /// True for the AVX-512 kernels.
+    /// True where the AVX-512 kernels may run (`avx512` and `amx`).
     pub fn is_avx512(self) -> bool {
-        self.0 == IsaKind::Avx512
+        self.0 >= IsaKind::Avx512
+    }
+
+    /// True where the AMX-INT8 tile multiply may run (the `amx` spelling).
+    pub fn has_amx(self) -> bool {
+        self.0 == IsaKind::Amx
     }
 }
 
@@ -242,6 +264,36 @@ fn cpu_has_avx512() -> bool {
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Whether this CPU has AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24 and 25) and Linux
+/// grants this process the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`; the grant is the whole process's, so the pool's threads may use
+/// tiles once any thread asked). Without the grant the first tile instruction faults.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn amx_granted() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // CPUID leaf 7 exists on every CPU with AVX-512 (checked before this is called).
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    if edx & (1 << 24) == 0 || edx & (1 << 25) == 0 {
+        return false;
+    }
+    // SAFETY: a plain system call with integer arguments; it only changes this process's
+    // permitted extended state.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
+    r == 0
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn amx_granted() -> bool {
+    false
 }
 
 #[cfg(not(target_arch = "x86_64"))]

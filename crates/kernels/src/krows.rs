@@ -51,6 +51,8 @@
 //! each pack's integer work is `one_row`'s inline assembly, in program order: LLVM's schedule
 //! of the same intrinsics streamed from memory a seventh slower (fifteenth session).
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod one_row;
@@ -245,8 +247,19 @@ impl KRows16 {
         #[cfg(target_arch = "x86_64")]
         {
             let (units, upr) = acts.view::<BlockQ8K>();
-            let kernels: Vec<simd::Kernel> =
-                parts.iter().map(|(m, _)| simd::Kernel { m, isa }).collect();
+            // On `amx`, the activations in the tile multiply's layout, once for the call.
+            let tiles = parts
+                .iter()
+                .any(|(m, _)| amx::applies(m, isa, n))
+                .then(|| amx::ActTiles::new(units, upr, n));
+            let kernels: Vec<simd::Kernel> = parts
+                .iter()
+                .map(|(m, _)| simd::Kernel {
+                    m,
+                    isa,
+                    tiles: tiles.as_ref(),
+                })
+                .collect();
             let mut jobs: Vec<(&simd::Kernel, &mut [f32])> = kernels
                 .iter()
                 .zip(parts.iter_mut())
@@ -273,6 +286,8 @@ mod simd {
     pub(super) struct Kernel<'a> {
         pub m: &'a KRows16,
         pub isa: Isa,
+        /// The call's activations as tiles, where the `amx` path runs.
+        pub tiles: Option<&'a super::amx::ActTiles>,
     }
 
     impl RowKernel for Kernel<'_> {
@@ -303,6 +318,8 @@ mod simd {
             // `kgemm`'s size, which it was tuned at.
             if super::gemm::applies(self.isa, n) {
                 crate::tiling::SUBTILE_BYTES
+            } else if super::amx::applies(self.m, self.isa, n) {
+                super::amx::GROUPS * GROUP * self.row_bytes()
             } else if n > 16 {
                 2 * crate::tiling::SUBTILE_BYTES
             } else {
@@ -320,9 +337,18 @@ mod simd {
             for r in 0..job.n() {
                 assert!(job.row(r).len() >= bpr, "activation row too short");
             }
-            // A prefill-sized call multiplies each sub-tile long enough for the next one's
-            // packs to arrive in L2 meanwhile (`prefetch_next`); decode hints nothing.
-            if job.n() > 16 {
+            // On `amx`, the tile multiply takes every whole tile of sixteen activation rows
+            // (and hints the next sub-tile itself); the rows past them come below.
+            let mut r = 0;
+            if super::amx::applies(self.m, self.isa, job.n()) {
+                let tiles = self.tiles.expect("the call made its activation tiles");
+                // SAFETY: `applies` checked the `amx` spelling, whose `Isa` proves the CPU
+                // and the OS's grant; the rows were checked above; this task owns o0..o1.
+                r = unsafe { super::amx::subtile(self.m, job, tiles, o0, o1) };
+            } else if job.n() > 16 {
+                // A prefill-sized call multiplies each sub-tile long enough for the next
+                // one's packs to arrive in L2 meanwhile (`prefetch_next`); decode hints
+                // nothing.
                 self.m.prefetch_next(o0, o1);
             }
             // Activation rows outer, groups inner: each row's blocks are read from memory (or
@@ -331,7 +357,6 @@ mod simd {
             // 32 registers hold their sums (AVX-512), four in AVX2's sixteen.
             let packs = self.m.packs();
             let max_r = if self.isa.is_avx512() { 8 } else { 4 };
-            let mut r = 0;
             while r < job.n() {
                 let take = match (job.n() - r).min(max_r) {
                     4..=7 => 4,

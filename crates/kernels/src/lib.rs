@@ -18,8 +18,8 @@
 //! [`matmul_acts`], and per-type dot products through [`WeightBlock`] / [`vec_dot`].
 //!
 //! # Modules
-//! - `block`: the traits every format implements, [`Isa`] (scalar, AVX2, AVX-VNNI or AVX-512,
-//!   detected once; `FERROX_ISA` forces one).
+//! - `block`: the traits every format implements, [`Isa`] (scalar, AVX2, AVX-VNNI, AVX-512
+//!   or AMX, detected once; `FERROX_ISA` forces one).
 //! - `float`: F32/F16/BF16 weights and the attention helpers.
 //! - `attn`: multi-row attention scores and value sums over f16 K/V, `exp`, GELU/SiLU gates
 //!   (spelled in `attn_avx2` and `attn_avx512`; `vmath`: the constants and scalar twins).
@@ -33,7 +33,8 @@
 //!   picks among them): Q2_K … Q6_K and [`BlockQ8K`] at a few activation rows (decode); `kgemm`: the same formats for many
 //!   activation rows (sixteen weight rows decoded once, `vpdpbusd` 512 or 256 bits wide).
 //! - `krows`: [`KRows16`], a Q4_K or Q6_K matrix repacked sixteen rows at a time, still
-//!   packed, lane-major (a loaded model's Q4_K and Q6_K matrices on AVX-512 hosts); `lanes`: the
+//!   packed, lane-major (a loaded model's Q4_K and Q6_K matrices on AVX-512 hosts; on `amx`
+//!   a prefill multiplies its Q4_K ones with AMX-INT8 tiles, `krows::amx`); `lanes`: the
 //!   per-row-lane vector operations `kgemm` and `krows` are written over; `hugepages`: asks
 //!   for transparent huge pages under the repacked copies, which decode streams; `membw`:
 //!   [`read_bandwidth`], the plain read a one-sequence decode is judged against.
