@@ -47,9 +47,10 @@ build_llama_cpp() {
     fi
     # Native, but without AMX: the vendored llama.cpp's AMX matmul dies on an illegal
     # instruction on its worker threads (its first `tilezero`, seen on a Xeon with AMX-INT8,
-    # 2026-12-05; upstream has an open fix for its tile set-up), so on such hosts a native build
-    # cannot run at all. Users there build without AMX; so does this. On CPUs without AMX
-    # these flags change nothing.
+    # 2026-12-05; llama.cpp pull request 26954, open then, mends its tile set-up), so on such
+    # hosts a native build cannot run at all. Users there build without AMX; so does this,
+    # and comparisons on AMX hosts are against llama.cpp's AVX-512 kernels. On CPUs without
+    # AMX these flags change nothing.
     local noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     local isa=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx")
     if [ "$LCPP_BUILD" = "$LCPP/build-avx2" ]; then

@@ -70,8 +70,7 @@ pub fn f32_to_f16(v: f32) -> [u8; 2] {
 /// FMA + F16C; `maddubs` + `madd` for four u8 × i8 products), `avxvnni` (the same with one
 /// 256-bit `vpdpbusd`), `avx512` (AVX-512 F/BW/VL/VNNI: 512-bit kernels where they exist,
 /// 16 weight rows per vector), `amx` (`avx512` plus AMX-INT8's tile multiply for the
-/// repacked Q4_K matrices from sixteen activation rows on, where the OS grants the tile
-/// state). Holding an `Isa` of a kind is proof that the CPU has its
+/// repacked Q4_K matrices from 32 activation rows on, where the OS grants the tile state). Holding an `Isa` of a kind is proof that the CPU has its
 /// features, so the dispatchers need no further check. Every spelling gives the same bits for
 /// the quantized types (integer steps are exact; the float steps are the same operations in
 /// the same order), which the kernel tests check on every spelling the machine has
@@ -202,7 +201,8 @@ impl Isa {
                 IsaKind::AvxVnni => "AVX2, FMA, F16C and AVX-VNNI",
                 IsaKind::Avx512 => "AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI",
                 IsaKind::Amx => {
-                    "AVX-512 F, BW, VL and VNNI and AMX-INT8 (or the OS did not grant its tiles)"
+                    "AVX2, FMA, F16C, AVX-512 F, BW, VL and VNNI and AMX-INT8 (or the OS did \
+                     not grant its tiles)"
                 }
             };
             format!("FERROX_ISA={want}: this CPU lacks {needs}")
@@ -269,7 +269,10 @@ fn cpu_has_avx512() -> bool {
 /// Whether this CPU has AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24 and 25) and Linux
 /// grants this process the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
 /// XFEATURE_XTILEDATA)`; the grant is the whole process's, so the pool's threads may use
-/// tiles once any thread asked). Without the grant the first tile instruction faults.
+/// tiles once any thread asked). Without the grant the first tile instruction faults. It is
+/// asked for at detection, whatever `FERROX_ISA` then chooses; after it, Linux wants larger
+/// signal alternate stacks from code that sets its own (Rust's threads size theirs from
+/// `AT_MINSIGSTKSZ` already).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn amx_granted() -> bool {
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;

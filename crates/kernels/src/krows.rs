@@ -49,7 +49,9 @@
 //! stream (thirteenth session), so decode issues none. A prefill-sized call hints the next
 //! sub-tile's packs into L2 instead, while it multiplies this one. At one row on AVX-512
 //! each pack's integer work is `one_row`'s inline assembly, in program order: LLVM's schedule
-//! of the same intrinsics streamed from memory a seventh slower (fifteenth session).
+//! of the same intrinsics streamed from memory a seventh slower (fifteenth session). On the
+//! `amx` spelling a Q4_K call of 32 or more activation rows multiplies with AMX-INT8 tiles
+//! instead (`amx`), with the same bits.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
@@ -308,8 +310,10 @@ mod simd {
             GROUP
         }
 
-        /// Twice the default for a prefill-sized call: its activation rows are read once per
-        /// sub-tile (see `subtile`), so more groups per sub-tile read them fewer times
+        /// On the `amx` path, three groups (`amx::GROUPS`: one column of their decoded packs
+        /// fits L1). Otherwise twice the default for a prefill-sized call: its activation
+        /// rows are read once per sub-tile (see `subtile`), so more groups per sub-tile read
+        /// them fewer times
         /// (pp512, `avx512`, two interleaved pairs: 8B shape +2 %, +9 %; 4B +1 %, +5 %).
         /// Decode keeps the default, where the threads' ends balance on smaller sub-tiles
         /// (4B tg64 was 4 % slower with the larger ones).

@@ -54,9 +54,9 @@ fn repacked_k_matmul_has_the_bits_of_matmul() {
             assert_eq!(released.last().map(|r| r.end), Some(bytes.len()));
             let w = QMatrix::new(ty, &bytes, rows, cols);
             // 33: past 32 rows, plain AVX2 runs `kgemm`'s body on decoded packs; `amx` runs
-            // a pair of 16-row tiles from 32 rows on, one tile for 48..64, the AVX-512 body
-            // for the rest.
-            for n in [1, 2, 3, 4, 5, 7, 9, 17, 33, 50] {
+            // pairs of 16-row tiles from 32 rows on, then one tile if one is left (50: a
+            // pair and one; 81: two pairs and one), the AVX-512 body for the rows past them.
+            for n in [1, 2, 3, 4, 5, 7, 9, 17, 33, 50, 81] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-2.0..2.0)).collect();
                 let mut want = vec![0.0; n * rows];
                 matmul_isa(Isa::scalar(), &ThreadPool::new(1), &w, &x, n, &mut want);

@@ -55,10 +55,12 @@ pub(super) fn applies(m: &KRows16, isa: crate::block::Isa, n: usize) -> bool {
 }
 
 /// The tile configuration every call loads (`ldtilecfg`): palette 1, all eight tiles 16
-/// rows of 64 bytes. Tiles 0–1 hold the sums `C_hi`, `C_lo` (16 activation rows × 16 weight
-/// rows of i32), 2–3 activation tiles (16 rows × 64 values, i8), 4–7 weight tiles (16 rows
-/// of four values × 16 weight rows, u8), two of each for alternate 64-value steps. A
-/// `static`, so that the bytes the instruction reads are certainly in memory.
+/// rows of 64 bytes. `multiply` keeps the sums in tiles 0–3 (`C_hi`, `C_lo` of the first
+/// activation tile, then of the second: 16 activation rows × 16 weight rows of i32 each),
+/// the two activation tiles of a 64-value step in 4–5 (16 rows × 64 values, i8) and the
+/// step's two weight tiles in 6–7 (`q·hi`, `q·lo`: 16 rows of four values × 16 weight rows,
+/// u8), reloaded at every step. A `static`, so that the bytes the instruction reads are
+/// certainly in memory.
 #[repr(C, align(64))]
 struct TileConfig {
     palette: u8,
@@ -98,7 +100,8 @@ thread_local! {
 
 /// Groups a sub-tile holds on this path (see [`subtile`]): three groups' decoded packs of
 /// one column (24 KB) and a pair of activation tiles (8 KB) fit in a 48 KB L1 beside the
-/// sums.
+/// sums. The whole sub-tile decoded is `3 · bpr · 8 KB` (240 KB at 2,560 columns, 960 KB at
+/// 10,240; in L2), kept per thread between calls.
 pub(super) const GROUPS: usize = 3;
 
 /// Activation rows `0..n / 16 · 16` of `job` times rows `o0..o1` of `m` (a Q4_K matrix),
@@ -225,17 +228,14 @@ impl ActTiles {
     /// The whole tiles of sixteen rows of `acts` (`upr` blocks a row, `n` rows).
     pub(crate) fn new(acts: &[BlockQ8K], upr: usize, n: usize) -> ActTiles {
         let nt = n / TILE_ROWS;
-        let mut tiles = vec![ATile([[0; 64]; TILE_ROWS]); nt * upr * 4];
+        let mut tiles = Vec::with_capacity(nt * upr * 4);
         for t in 0..nt {
             for j in 0..upr {
                 for k in 0..4 {
-                    let tile = &mut tiles[(t * upr + j) * 4 + k];
-                    for (m, row) in tile.0.iter_mut().enumerate() {
+                    tiles.push(ATile(std::array::from_fn(|m| {
                         let q = &acts[(TILE_ROWS * t + m) * upr + j].qs[64 * k..64 * k + 64];
-                        for (d, &v) in row.iter_mut().zip(q) {
-                            *d = v as u8;
-                        }
-                    }
+                        std::array::from_fn(|i| q[i] as u8)
+                    })));
                 }
             }
         }
