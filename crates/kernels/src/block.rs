@@ -70,8 +70,8 @@ pub fn f32_to_f16(v: f32) -> [u8; 2] {
 /// FMA + F16C; `maddubs` + `madd` for four u8 × i8 products), `avxvnni` (the same with one
 /// 256-bit `vpdpbusd`), `avx512` (AVX-512 F/BW/VL/VNNI: 512-bit kernels where they exist,
 /// 16 weight rows per vector), `amx` (`avx512` plus AMX-INT8's tile multiply for the
-/// repacked Q4_K matrices from 32 activation rows on, where the OS grants the tile state). Holding an `Isa` of a kind is proof that the CPU has its
-/// features, so the dispatchers need no further check. Every spelling gives the same bits for
+/// repacked Q4_K matrices from 32 activation rows on, where the OS grants the tile state).
+/// Holding an `Isa` of a kind is proof that the CPU has its features, so the dispatchers need no further check. Every spelling gives the same bits for
 /// the quantized types (integer steps are exact; the float steps are the same operations in
 /// the same order), which the kernel tests check on every spelling the machine has
 /// ([`Isa::available`]).

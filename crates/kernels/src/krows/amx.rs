@@ -164,8 +164,15 @@ pub(super) unsafe fn subtile(
             // tile unit idle while the float step runs, as the out-of-order window does not
             // reach the next multiply). Two buffers of sums alternate.
             let mut sums = [Sums([[0; GROUP]; 4 * TILE_ROWS]); 2];
+            // The step whose sums wait: (group, column, first row, rows).
             let mut pending: Option<(usize, usize, usize, usize)> = None;
             let mut slot = 0;
+            let finish = |(g, j, r, rows): (usize, usize, usize, usize),
+                          sums: &Sums,
+                          acc: &mut [[f32; GROUP]]| {
+                let acc = &mut acc[g * tiles + r..g * tiles + r + rows];
+                combine(&packs[g * bpr + j], job, j, r, sums, acc);
+            };
             for j in 0..bpr {
                 let mut r = 0;
                 while r < tiles {
@@ -177,9 +184,8 @@ pub(super) unsafe fn subtile(
                     for g in 0..g1 - g0 {
                         let (now, before) = sums_pair(&mut sums, slot);
                         multiply(&dec[g * bpr + j], acts, j, r, take, now);
-                        if let Some((pg, pj, pr, pt)) = pending {
-                            let acc = &mut acc[pg * tiles + pr..pg * tiles + pr + pt];
-                            combine(&packs[pg * bpr + pj], job, pj, pr, before, acc);
+                        if let Some(step) = pending {
+                            finish(step, before, acc);
                         }
                         pending = Some((g, j, r, take));
                         slot ^= 1;
@@ -187,9 +193,8 @@ pub(super) unsafe fn subtile(
                     r += take;
                 }
             }
-            if let Some((pg, pj, pr, pt)) = pending {
-                let acc = &mut acc[pg * tiles + pr..pg * tiles + pr + pt];
-                combine(&packs[pg * bpr + pj], job, pj, pr, &sums[slot ^ 1], acc);
+            if let Some(step) = pending {
+                finish(step, &sums[slot ^ 1], acc);
             }
             // The tiles' 8 KB of state would otherwise be saved and restored at every
             // context switch of this thread until its next tile call.
